@@ -1,0 +1,30 @@
+# The README's two commands. Each creates .venv if missing, installs torch==2.13.0 first
+# (a bare `torch` requirement would pull gigabytes of CUDA wheels), then the project.
+VENV ?= .venv
+PYTHON ?= python3.11
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.rootcause-installed
+
+.PHONY: demo test lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/rootcause-demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

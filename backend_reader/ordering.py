@@ -1,0 +1,94 @@
+"""The one rule that orders failures, root cause first.
+
+Both sides of the plugin use this module: the agent (``ElasticRootCauseFunctionTask``) orders the
+failures of the workers in its pod, and ``backend_reader`` orders the error files of all pods. It
+lives in ``backend_reader`` because that package must not depend on flytekit or torch, and it is
+pure (no I/O, no clocks) so the same inputs always give the same answer.
+
+The rule (``../shared/DESIGN.md``, strategy ``earliest`` made robust):
+
+1. root-cause candidates before victims (a victim died *because* another worker failed: it was
+   torn down by the agent, or a collective failed because a peer left);
+2. then by time, earliest first; a failure with no time sorts after every timed one (Flyte's Go
+   reader treats a missing timestamp as 1970, which makes an old writer's file always win);
+3. then by global rank, then worker name, then source (file name): a total order, so ties never
+   fall back to listing or dict order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
+
+
+class Role(enum.StrEnum):
+    """Why a worker failed, as far as its own evidence tells."""
+
+    CANDIDATE = "candidate"
+    VICTIM = "victim"
+
+
+class TimeSource(enum.StrEnum):
+    """How a failure's time was known, most precise first.
+
+    ``RECORDED``: the worker stamped the exception itself; ``OBSERVED``: the agent's death watcher saw
+    the process exit; ``DETECTED``: the agent's monitor loop noticed the failure (up to
+    ``monitor_interval`` late); ``REPORTED``: a timestamp read back from a Flyte error document;
+    ``UNKNOWN``: no time at all.
+    """
+
+    RECORDED = "recorded"
+    OBSERVED = "observed"
+    DETECTED = "detected"
+    REPORTED = "reported"
+    UNKNOWN = "unknown"
+
+
+class OrderableFailure(Protocol):
+    """What the rule needs of a failure; both sides' records provide these attributes."""
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def timestamp_ns(self) -> int | None: ...
+
+    @property
+    def global_rank(self) -> int | None: ...
+
+    @property
+    def worker(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+F = TypeVar("F", bound=OrderableFailure)
+
+_NO_VALUE = 1  # sorts a missing time or rank after every present one
+
+
+def root_cause_key(failure: OrderableFailure) -> tuple[int, int, int, int, int, str, str]:
+    """Sort key implementing the rule above; smaller is more likely the root cause."""
+    time_ns = failure.timestamp_ns
+    rank = failure.global_rank
+    return (
+        0 if failure.role == Role.CANDIDATE else 1,
+        _NO_VALUE if time_ns is None else 0,
+        0 if time_ns is None else time_ns,
+        _NO_VALUE if rank is None else 0,
+        0 if rank is None else rank,
+        failure.worker or "",
+        failure.source or "",
+    )
+
+
+def order_failures(failures: Iterable[F]) -> list[F]:
+    """Return the failures in root-cause order (first element is the root cause)."""
+    return sorted(failures, key=root_cause_key)
+
+
+def pick_root_cause(failures: Iterable[F]) -> F | None:
+    """The first failure in root-cause order, or ``None`` when there is none."""
+    return min(failures, key=root_cause_key, default=None)

@@ -1,0 +1,99 @@
+"""Tell victims apart from root-cause candidates, from the evidence a failure carries.
+
+A *victim* failed because something else failed first: the agent tore it down (SIGTERM/SIGINT, or
+SIGKILL after the grace period), or one of its collectives failed because a peer process left
+(gloo/NCCL "connection closed/reset by peer", "remote process exited", an aborted communicator, a
+collective timeout, ``DistNetworkError``, a closed rendezvous). Everything else is a *candidate*.
+
+The same classifier serves the agent (exception types and signals at hand) and the backend reader
+(only the message text of an error document), so it is pure and lives in ``backend_reader``.
+Messages written by this plugin start with a role marker (:func:`role_marker`), which wins over the
+text patterns because the agent that wrote it knew more than the text shows.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable
+
+from backend_reader.ordering import Role
+
+#: Exception type names (any class in the MRO) that mean "a peer or the agent ended this worker".
+VICTIM_EXCEPTION_TYPES: frozenset[str] = frozenset(
+    {
+        "DistNetworkError",
+        "RendezvousClosedError",
+        "SignalException",
+        "KeyboardInterrupt",
+    }
+)
+
+#: Lower-case message fragments of collective/rendezvous errors caused by a peer leaving.
+VICTIM_MESSAGE_PATTERNS: tuple[str, ...] = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "remote process exited",
+    "communicator was aborted",
+    "communicator aborted",
+    "nccl communicator",
+    "ncclremoteerror",
+    "watchdog caught collective operation timeout",
+    "rendezvous is closed",
+    "rendezvous closed",
+    "distnetworkerror",
+    "process group was aborted",
+)
+
+#: Signals the agent uses to end workers; a worker ended by one of these was torn down.
+TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SIGINT)})
+
+_MARKER_RE = re.compile(r"^\[(root cause|candidate|victim)\]", re.IGNORECASE)
+
+
+def role_marker(role: Role) -> str:
+    """The prefix this plugin puts on the first line of every error message it writes."""
+    return "[victim]" if role == Role.VICTIM else "[root cause]"
+
+
+def role_from_marker(message: str) -> Role | None:
+    """Read the role marker at the start of a message written by this plugin, if any."""
+    match = _MARKER_RE.match(message.lstrip())
+    if match is None:
+        return None
+    return Role.VICTIM if match.group(1).lower() == "victim" else Role.CANDIDATE
+
+
+def is_victim_message(message: str) -> bool:
+    """True when the text looks like a collective/rendezvous failure caused by a peer leaving."""
+    lowered = message.lower()
+    return any(pattern in lowered for pattern in VICTIM_MESSAGE_PATTERNS)
+
+
+def classify_role(
+    *,
+    exception_types: Iterable[str] = (),
+    message: str = "",
+    signal_number: int | None = None,
+    terminated_by_agent: bool = False,
+) -> Role:
+    """Classify one failure.
+
+    Args:
+        exception_types: names of the exception's classes (its MRO), if the worker raised.
+        message: the exception or error-document message.
+        signal_number: the signal that killed the process, if it died by one.
+        terminated_by_agent: the worker was still alive when the agent began tearing the group down.
+    """
+    if terminated_by_agent:
+        return Role.VICTIM
+    if signal_number is not None and signal_number in TEARDOWN_SIGNALS:
+        return Role.VICTIM
+    marked = role_from_marker(message)
+    if marked is not None:
+        return marked
+    if any(name in VICTIM_EXCEPTION_TYPES for name in exception_types):
+        return Role.VICTIM
+    if is_victim_message(message):
+        return Role.VICTIM
+    return Role.CANDIDATE

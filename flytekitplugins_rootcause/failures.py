@@ -1,0 +1,57 @@
+"""The agent-side record of one failed worker, and how its time was known."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+from backend_reader.ordering import Role, TimeSource
+
+
+def signal_name(number: int | None) -> str | None:
+    """``SIGKILL`` for 9, ``SIG42`` for numbers Python has no name for, ``None`` for ``None``."""
+    if number is None:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFailure:
+    """Everything known about one failed worker process, ordered by ``backend_reader.ordering``.
+
+    ``timestamp_ns`` is the best known failure time, chosen as: recorded by the worker at the
+    exception > exit observed by the death watcher > failure detected by the agent's monitor loop.
+    """
+
+    global_rank: int | None
+    local_rank: int | None
+    group_rank: int | None
+    worker: str
+    host: str
+    pid: int | None
+    exitcode: int | None
+    signal_number: int | None
+    exception_type: str | None
+    message: str
+    traceback: str
+    timestamp_ns: int | None
+    time_source: TimeSource
+    role: Role
+    recoverable: bool
+    source: str = ""
+    attempt: int = 0
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal_name(self.signal_number)
+
+    @property
+    def timestamp_s(self) -> float | None:
+        """Seconds since the epoch as a float (what Flyte exceptions carry)."""
+        return None if self.timestamp_ns is None else self.timestamp_ns / 1e9
+
+    def with_role(self, role: Role) -> WorkerFailure:
+        return dataclasses.replace(self, role=role)

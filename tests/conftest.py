@@ -1,0 +1,34 @@
+"""Shared pytest fixtures: real object stores on loopback, started once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
+
+
+@pytest.fixture(scope="session")
+def gcs_store() -> Iterator[ObjectStore]:
+    with fake_gcs_store() as store:
+        yield store
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[ObjectStore]:
+    with moto_s3_store() as store:
+        yield store
+
+
+@pytest.fixture()
+def file_store() -> Iterator[ObjectStore]:
+    with local_store() as store:
+        yield store
+
+
+@pytest.fixture(params=["local", "gcs", "s3"])
+def any_store(request: pytest.FixtureRequest) -> ObjectStore:
+    """Each test using this runs once per store kind: local folder, fake-gcs-server, moto S3."""
+    name = {"local": "file_store", "gcs": "gcs_store", "s3": "s3_store"}[request.param]
+    return request.getfixturevalue(name)
