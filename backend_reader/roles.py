@@ -48,7 +48,10 @@ VICTIM_MESSAGE_PATTERNS: tuple[str, ...] = (
 #: Signals the agent uses to end workers; a worker ended by one of these was torn down.
 TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SIGINT)})
 
-_MARKER_RE = re.compile(r"^\[(root cause|candidate|victim)\]", re.IGNORECASE)
+# The marker starts the report; flytekit's own formatting may put text before the report
+# ("Trace: ... Message: ... ElasticRootCauseError: USER:RuntimeError: error=[root cause] ..."),
+# so the first marker that starts a line or follows whitespace or "=" counts.
+_MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim)\] ", re.IGNORECASE)
 
 
 def role_marker(role: Role) -> str:
@@ -57,8 +60,8 @@ def role_marker(role: Role) -> str:
 
 
 def role_from_marker(message: str) -> Role | None:
-    """Read the role marker at the start of a message written by this plugin, if any."""
-    match = _MARKER_RE.match(message.lstrip())
+    """Read the role marker of a report written by this plugin, if the message holds one."""
+    match = _MARKER_RE.search(message)
     if match is None:
         return None
     return Role.VICTIM if match.group(1).lower() == "victim" else Role.CANDIDATE

@@ -6,12 +6,25 @@
 
     @task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=4))
     def train() -> float: ...
+
+flytekit imports this package at its own import time (entry point group ``flytekit.plugins``).
+kfpytorch's ``task`` module runs ``import flytekit`` before it defines ``Elastic``, so this package
+must not import kfpytorch (or torch) eagerly: the public names below are resolved on first use
+(PEP 562), which also keeps ``import flytekit`` fast for users who never touch this plugin.
 """
 
-from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.failures import WorkerFailure
-from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "ElasticRootCause": "flytekitplugins_rootcause.config",
+    "ElasticRootCauseError": "flytekitplugins_rootcause.exceptions",
+    "ElasticRootCauseRecoverableError": "flytekitplugins_rootcause.exceptions",
+    "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
+    "WorkerFailure": "flytekitplugins_rootcause.failures",
+}
 
 __all__ = [
     "ElasticRootCause",
@@ -20,3 +33,18 @@ __all__ = [
     "ElasticRootCauseRecoverableError",
     "WorkerFailure",
 ]
+
+if TYPE_CHECKING:
+    from flytekitplugins_rootcause.config import ElasticRootCause
+    from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+    from flytekitplugins_rootcause.failures import WorkerFailure
+    from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

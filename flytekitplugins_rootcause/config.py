@@ -49,3 +49,9 @@ class ElasticRootCause(Elastic):
             raise ValueError(f"monitor_interval must be > 0 seconds, got {self.monitor_interval!r}")
         if self.teardown_grace_s < 0:
             raise ValueError(f"teardown_grace_s must be >= 0 seconds, got {self.teardown_grace_s!r}")
+
+
+# Register ElasticRootCauseFunctionTask for this config whichever module the user imported the
+# config from: flytekit silently falls back to a plain Python task for an unregistered config type.
+# (At the bottom: task.py imports this module, which is complete by now.)
+from flytekitplugins_rootcause import task as _task  # noqa: E402, F401

@@ -18,6 +18,7 @@ class RootCauseDetails:
     """Mixin: the failures behind the exception, root cause first."""
 
     failures: tuple[WorkerFailure, ...]
+    _report: str
 
     @property
     def root_cause(self) -> WorkerFailure:
@@ -27,6 +28,11 @@ class RootCauseDetails:
     def timestamp_ns(self) -> int | None:
         return self.root_cause.timestamp_ns
 
+    @property
+    def report(self) -> str:
+        """The root-cause report: its first line starts with the role marker (see ``report.py``)."""
+        return self._report
+
 
 class ElasticRootCauseRecoverableError(RootCauseDetails, FlyteRecoverableException):
     """The root cause was recoverable (a ``FlyteRecoverableException``, or only victims were seen)."""
@@ -35,6 +41,7 @@ class ElasticRootCauseRecoverableError(RootCauseDetails, FlyteRecoverableExcepti
         if not failures:
             raise ValueError("a root-cause error needs at least one failure")
         self.failures = tuple(failures)
+        self._report = message
         super().__init__(message, timestamp=self.root_cause.timestamp_s)
 
 
@@ -45,4 +52,5 @@ class ElasticRootCauseError(RootCauseDetails, FlyteUserRuntimeException):
         if not failures:
             raise ValueError("a root-cause error needs at least one failure")
         self.failures = tuple(failures)
+        self._report = message
         super().__init__(RuntimeError(message), timestamp=self.root_cause.timestamp_s)

@@ -1,0 +1,99 @@
+"""Human-readable root-cause messages: one line naming the root cause, its traceback, the victims.
+
+The first line starts with the role marker of ``backend_reader.roles`` so that readers of the
+error document (the backend reader, people) know whether this pod saw a root cause or only victims.
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+
+from backend_reader.ordering import Role
+from backend_reader.roles import role_marker
+from flytekitplugins_rootcause.failures import WorkerFailure
+
+#: What a death by signal usually means on a training cluster, and what to check.
+SIGNAL_HINTS: dict[str, str] = {
+    "SIGKILL": "no error file: likely killed by the OOM killer or the node; check the pod's memory limit and events",
+    "SIGABRT": "likely aborted by the NCCL watchdog (collective timeout or error) or a C++ assertion; "
+    "check NCCL logs (NCCL_DEBUG=INFO)",
+    "SIGSEGV": "segmentation fault in native code (CUDA, a C extension); check the worker's stderr",
+    "SIGBUS": "bus error: often /dev/shm too small for data loader workers; raise shared memory",
+}
+_TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL")
+
+_OOM_TYPES = ("OutOfMemoryError",)
+
+
+def format_time(timestamp_ns: int | None) -> str:
+    """RFC 3339 UTC with nanoseconds, or ``unknown time``."""
+    if timestamp_ns is None:
+        return "unknown time"
+    seconds, nanos = divmod(timestamp_ns, 1_000_000_000)
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{nanos:09d}Z"
+
+
+def describe_ending(failure: WorkerFailure) -> str:
+    """How the worker ended: exception, signal (with a hint) or exit code."""
+    if failure.message:
+        ending = failure.message.strip().splitlines()[0] if failure.message.strip() else failure.message
+        if failure.exception_type and failure.exception_type.rsplit(".", 1)[-1] in _OOM_TYPES:
+            ending += " (out of GPU memory: reduce the batch size or enable activation checkpointing)"
+        return ending
+    if failure.signal_name:
+        if failure.role == Role.VICTIM and failure.signal_name in _TEARDOWN_SIGNALS:
+            return f"killed by {failure.signal_name} (the agent's teardown after another worker failed)"
+        hint = SIGNAL_HINTS.get(failure.signal_name)
+        return f"killed by {failure.signal_name}" + (f" ({hint})" if hint else "")
+    if failure.exitcode is not None:
+        return f"exited with code {failure.exitcode}"
+    return "failed (no exit status or error file)"
+
+
+def describe_worker(failure: WorkerFailure) -> str:
+    """``rank 3 (local rank 1, group rank 1) on worker pod-1 (host h, pid 42)``."""
+    rank = "rank ?" if failure.global_rank is None else f"rank {failure.global_rank}"
+    local = "?" if failure.local_rank is None else str(failure.local_rank)
+    group = "?" if failure.group_rank is None else str(failure.group_rank)
+    where = failure.worker or "?"
+    host = f"host {failure.host}, " if failure.host and failure.host != failure.worker else ""
+    pid = "?" if failure.pid is None else str(failure.pid)
+    status = ""
+    if failure.signal_name:
+        status = f", {failure.signal_name}"
+    elif failure.exitcode is not None:
+        status = f", exit code {failure.exitcode}"
+    return f"{rank} (local rank {local}, group rank {group}) on worker {where} ({host}pid {pid}{status})"
+
+
+def summary_line(failure: WorkerFailure) -> str:
+    """The first line of the message: role marker, who, when (and how it was known), what."""
+    when = f"{format_time(failure.timestamp_ns)} ({failure.time_source.value})"
+    return f"{role_marker(failure.role)} {describe_worker(failure)} failed at {when}: {describe_ending(failure)}"
+
+
+def format_root_cause_message(failures: list[WorkerFailure]) -> str:
+    """Full message: summary of the root cause, its traceback, then one line per other failure."""
+    if not failures:
+        raise ValueError("no failures to report")
+    root, others = failures[0], failures[1:]
+    lines = [summary_line(root)]
+    if root.role == Role.VICTIM:
+        lines.append(
+            "Only victims failed in this pod: a peer (another pod or node) failed first; "
+            "look for the root cause in the other workers' errors."
+        )
+    if root.traceback.strip():
+        lines += ["", "Traceback of the root cause:", textwrap.indent(root.traceback.rstrip(), "  ")]
+    if others:
+        lines += ["", f"Other failures ({len(others)}):"]
+        for failure in others:
+            delta = ""
+            if failure.timestamp_ns is not None and root.timestamp_ns is not None:
+                delta = f" {(failure.timestamp_ns - root.timestamp_ns) / 1e9:+.3f} s"
+            lines.append(
+                f"  - {failure.role.value}: {describe_worker(failure)}{delta}: {describe_ending(failure)}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""Worker side: record an uncaught exception with a nanosecond time, ranks and host.
+
+torch's own ``ErrorHandler`` stamps failures with whole seconds (``str(int(time.time()))``), so two
+workers failing within the same second are indistinguishable. ``RootCauseErrorHandler`` extends it:
+the file keeps torch's layout unchanged (``message.message``, ``message.extraInfo.py_callstack``,
+``message.extraInfo.timestamp``), so torch's ``ProcessFailure`` and upstream tools still read it, and
+adds this plugin's fields under the single key :data:`NAMESPACE`.
+
+``RecordingTaskFunction`` wraps the user's task function; kfpytorch runs it in every worker (it is
+what ``spawn_helper`` unpickles, or what the ``fork`` closure calls), so no kfpytorch code is copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from flytekit.exceptions.user import FlyteRecoverableException
+from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
+
+#: The one key under which this plugin's fields live in a torchelastic error file.
+NAMESPACE = "rootcause"
+#: Version of the fields under :data:`NAMESPACE`; bump when their meaning changes.
+FORMAT_VERSION = 1
+#: Name torch's own ``record`` writes to after ours has written the real error file (see
+#: ``RootCauseErrorHandler.record_exception``).
+TORCH_SHADOW_FILE_NAME = "torch-error.json"
+#: Worker name variables, as Flyte's backend plugins set them.
+WORKER_NAME_VARIABLES = ("FLYTE_INTERNAL_WORKER_NAME", "_F_WN")
+
+
+def worker_name() -> str:
+    """The pod/worker name Flyte's backend gave this process, else the host name."""
+    for variable in WORKER_NAME_VARIABLES:
+        value = os.environ.get(variable)
+        if value:
+            return value
+    return socket.gethostname()
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedError:
+    """What a worker recorded about its own failure (the namespaced part of the error file)."""
+
+    message: str
+    traceback: str
+    timestamp_ns: int | None
+    exception_type: str | None
+    exception_mro: tuple[str, ...]
+    recoverable: bool
+    global_rank: int | None
+    local_rank: int | None
+    group_rank: int | None
+    host: str
+    worker: str
+    pid: int | None
+
+
+class RootCauseErrorHandler(ErrorHandler):
+    """torch's ``ErrorHandler`` with a nanosecond time and the worker's identity added."""
+
+    def record_exception(self, e: BaseException) -> None:
+        """Write the error file, then point torch's outer ``record`` at a shadow file.
+
+        torch wraps every worker function in its own ``record``, which would overwrite this file
+        with the whole-second version when the exception reaches it. Redirecting
+        ``TORCHELASTIC_ERROR_FILE`` to a sibling keeps the directory the same, so kfpytorch's
+        ``recoverable_error`` marker (written next to the error file) still lands where its agent
+        looks, while the agent reads the richer file this method wrote.
+        """
+        path = self._get_error_file_path()
+        if not path:
+            return
+        now_ns = time.time_ns()
+        data = build_error_file(e, now_ns)
+        self._write_error_file(path, json.dumps(data))
+        os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(os.path.dirname(path), TORCH_SHADOW_FILE_NAME)
+
+
+def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
+    """The JSON document for ``e``: torch's layout plus this plugin's namespaced fields."""
+    exc_type = type(e)
+    return {
+        "message": {
+            "message": f"{exc_type.__name__}: {e}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(e)),
+                "timestamp": str(timestamp_ns // 1_000_000_000),
+            },
+        },
+        NAMESPACE: {
+            "version": FORMAT_VERSION,
+            "timestamp_ns": timestamp_ns,
+            "exception_type": f"{exc_type.__module__}.{exc_type.__qualname__}",
+            "exception_mro": [cls.__name__ for cls in exc_type.__mro__],
+            "recoverable": isinstance(e, FlyteRecoverableException),
+            "rank": _int_env("RANK"),
+            "local_rank": _int_env("LOCAL_RANK"),
+            "group_rank": _int_env("GROUP_RANK"),
+            "host": socket.gethostname(),
+            "worker": worker_name(),
+            "pid": os.getpid(),
+        },
+    }
+
+
+class WorkerErrorFileError(ValueError):
+    """An error file exists but is not a torchelastic error document."""
+
+
+def parse_error_file(text: str) -> RecordedError:
+    """Parse an error file written by torch or by this plugin.
+
+    Files written by torch alone (no namespaced key) parse too, with ``timestamp_ns`` left ``None``:
+    torch's whole-second stamp is too coarse to order by, so the caller falls back to the observed
+    death time.
+    """
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise WorkerErrorFileError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or "message" not in data:
+        raise WorkerErrorFileError("no 'message' key: not a torchelastic error file")
+    body = data["message"]
+    if isinstance(body, str):
+        message, callstack = body, ""
+    elif isinstance(body, dict):
+        message = str(body.get("message", ""))
+        extra = body.get("extraInfo") if isinstance(body.get("extraInfo"), dict) else {}
+        callstack = str(extra.get("py_callstack", ""))
+    else:
+        raise WorkerErrorFileError("'message' is neither a string nor an object")
+    ours = data.get(NAMESPACE) if isinstance(data.get(NAMESPACE), dict) else {}
+
+    def opt_int(key: str) -> int | None:
+        value = ours.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    mro = ours.get("exception_mro")
+    return RecordedError(
+        message=message,
+        traceback=callstack,
+        timestamp_ns=opt_int("timestamp_ns"),
+        exception_type=ours.get("exception_type") if isinstance(ours.get("exception_type"), str) else None,
+        exception_mro=tuple(str(name) for name in mro) if isinstance(mro, list) else (),
+        recoverable=ours.get("recoverable") is True,
+        global_rank=opt_int("rank"),
+        local_rank=opt_int("local_rank"),
+        group_rank=opt_int("group_rank"),
+        host=str(ours.get("host", "")),
+        worker=str(ours.get("worker", "")),
+        pid=opt_int("pid"),
+    )
+
+
+def read_error_file(path: str, max_bytes: int = 4 * 1024 * 1024) -> RecordedError | None:
+    """Read a worker's error file; ``None`` when the worker wrote none (e.g. killed by a signal).
+
+    An unreadable or foreign file is reported as a recorded error whose message says so, rather
+    than raised: the agent must still report the failure, and must not lose the others.
+    """
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return _unreadable(f"error file {path} could not be read: {exc}")
+    if len(raw) > max_bytes:
+        return _unreadable(f"error file {path} is larger than {max_bytes} bytes")
+    try:
+        return parse_error_file(raw.decode("utf-8"))
+    except (WorkerErrorFileError, UnicodeDecodeError) as exc:
+        return _unreadable(f"error file {path} is not a torchelastic error file: {exc}")
+
+
+def _unreadable(message: str) -> RecordedError:
+    return RecordedError(message, "", None, None, (), False, None, None, None, "", "", None)
+
+
+@dataclasses.dataclass
+class RecordingTaskFunction:
+    """The user's task function, recording any uncaught exception before it propagates.
+
+    Instances are pickled (cloudpickle) into every worker by kfpytorch's ``spawn`` path, so they
+    hold only the function and picklable settings. ``before_user_function`` runs in the worker
+    first (the straggler pre-check hooks in there).
+    """
+
+    function: Callable[..., Any]
+    before_user_function: Callable[[], None] | None = None
+
+    def __call__(self, **kwargs: Any) -> Any:
+        handler = RootCauseErrorHandler()
+        try:
+            if self.before_user_function is not None:
+                self.before_user_function()
+            return self.function(**kwargs)
+        except SystemExit as exit_:
+            if exit_.code not in (None, 0):
+                handler.record_exception(exit_)
+            raise
+        except BaseException as exc:
+            handler.record_exception(exc)
+            raise

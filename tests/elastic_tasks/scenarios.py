@@ -1,0 +1,109 @@
+"""Flyte tasks used by the real elastic-launch tests; each worker runs one fault scenario.
+
+They live in an importable module so that kfpytorch's ``spawn`` workers can unpickle them.
+Scenarios synchronise through the file system or a gloo barrier, never through sleeps alone, so
+the order of failures is the one the test asserts even on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from flytekit import task
+from flytekit.exceptions.user import FlyteRecoverableException
+
+from flytekitplugins_rootcause import ElasticRootCause
+
+
+def _rank() -> int:
+    return int(os.environ["RANK"])
+
+
+def _error_file_of(local_rank: int) -> str:
+    """Where torch told worker ``local_rank`` to write its error file (siblings share a parent)."""
+    own = os.environ["TORCHELASTIC_ERROR_FILE"]
+    attempt_dir = os.path.dirname(os.path.dirname(own))
+    return os.path.join(attempt_dir, str(local_rank), "error.json")
+
+
+def _wait_for(path: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear")
+        time.sleep(0.005)
+
+
+def _linger() -> None:
+    """Survivors stay alive until the agent tears them down."""
+    time.sleep(120)
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=3))
+def rank_raises(k: int) -> int:
+    if _rank() == k:
+        raise ValueError(f"bad batch on rank {k}")
+    _linger()
+    return _rank()
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+def rank_sigkills_itself(k: int) -> int:
+    if _rank() == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+    _linger()
+    return _rank()
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+def rank_aborts(k: int) -> int:
+    if _rank() == k:
+        os.abort()
+    _linger()
+    return _rank()
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=3, monitor_interval=2))
+def two_raise_50ms_apart(first: int, second: int) -> int:
+    """``first`` raises; ``second`` raises 50 ms after ``first`` has recorded its error."""
+    rank = _rank()
+    if rank == first:
+        raise RuntimeError(f"first independent failure on rank {first}")
+    if rank == second:
+        _wait_for(_error_file_of(first))
+        time.sleep(0.05)
+        raise RuntimeError(f"second independent failure on rank {second}")
+    _linger()
+    return rank
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, monitor_interval=3))
+def killed_then_collective_error(k: int, j: int) -> int:
+    """Rank k is SIGKILLed; 1 s later rank j's allreduce fails because its peer is gone."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    dist.barrier()
+    if _rank() == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if _rank() == j:
+        time.sleep(1.0)
+        dist.all_reduce(torch.ones(1))
+    _linger()
+    return _rank()
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+def rank_raises_recoverable(k: int) -> int:
+    if _rank() == k:
+        raise FlyteRecoverableException(f"spot capacity lost on rank {k}")
+    _linger()
+    return _rank()
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+def succeeds(x: int) -> dict[str, int]:
+    return {"rank": _rank(), "x": x, "world": int(os.environ["WORLD_SIZE"])}

@@ -1,0 +1,108 @@
+"""Real torch elastic launches (gloo, CPU) through ``ElasticRootCause`` tasks run locally.
+
+Each test runs the task as ``pyflyte run`` would locally: flytekit's local execution calls the
+task, which launches real worker processes; faults are real exceptions and real signals.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from flytekit.exceptions.user import FlyteRecoverableException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from backend_reader.ordering import Role, TimeSource
+from flytekitplugins_rootcause import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from tests.elastic_tasks import scenarios
+
+pytestmark = pytest.mark.slow
+
+
+def _root_cause_error(excinfo: pytest.ExceptionInfo[BaseException]) -> ElasticRootCauseError:
+    """flytekit's local execution wraps task errors; find ours in the chain."""
+    seen: BaseException | None = excinfo.value
+    while seen is not None:
+        if isinstance(seen, ElasticRootCauseError | ElasticRootCauseRecoverableError):
+            return seen  # type: ignore[return-value]
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "value", None)
+    raise AssertionError(f"no root-cause error in {excinfo.value!r}")
+
+
+def test_raising_rank_is_the_root_cause_and_survivors_are_victims() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.rank_raises(k=2)
+    error = _root_cause_error(excinfo)
+    root = error.root_cause
+    assert (root.global_rank, root.role, root.time_source) == (2, Role.CANDIDATE, TimeSource.RECORDED)
+    assert root.exception_type == "builtins.ValueError"
+    assert "bad batch on rank 2" in root.message
+    assert "raise ValueError" in root.traceback
+    assert sorted(f.global_rank for f in error.failures[1:]) == [0, 1]
+    assert all(f.role == Role.VICTIM and f.signal_name == "SIGTERM" for f in error.failures[1:])
+    first_line = error.report.splitlines()[0]
+    assert first_line.startswith("[root cause] rank 2 (local rank 2, group rank 0) on worker ")
+    assert "ValueError: bad batch on rank 2" in first_line
+    assert isinstance(error.timestamp, float) and error.timestamp == pytest.approx(root.timestamp_ns / 1e9)
+    assert not isinstance(error, FlyteRecoverableException)
+
+    # (h) torch still parses the error file our recorder wrote
+    torch_view = ProcessFailure(local_rank=2, pid=root.pid or 0, exitcode=1, error_file=root.source)
+    assert torch_view.message["message"] == "ValueError: bad batch on rank 2"
+    assert "raise ValueError" in torch_view.message["extraInfo"]["py_callstack"]
+    assert torch_view.timestamp == root.timestamp_ns // 1_000_000_000
+    torch_report = ChildFailedError("train", {2: torch_view}).format_msg()
+    assert "ValueError: bad batch on rank 2" in torch_report
+
+
+def test_sigkilled_rank_gets_its_observed_death_time() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.rank_sigkills_itself(k=1)
+    root = _root_cause_error(excinfo).root_cause
+    assert (root.global_rank, root.signal_name, root.role) == (1, "SIGKILL", Role.CANDIDATE)
+    assert root.time_source == TimeSource.OBSERVED
+    assert "OOM killer" in _root_cause_error(excinfo).report.splitlines()[0]
+
+
+def test_aborting_rank_is_reported_with_sigabrt() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.rank_aborts(k=0)
+    error = _root_cause_error(excinfo)
+    root = error.root_cause
+    assert (root.global_rank, root.signal_number, root.role) == (0, int(signal.SIGABRT), Role.CANDIDATE)
+    assert root.time_source == TimeSource.OBSERVED
+    assert "NCCL watchdog" in error.report.splitlines()[0]
+
+
+def test_sub_second_ordering_of_two_independent_errors() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.two_raise_50ms_apart(first=2, second=1)
+    error = _root_cause_error(excinfo)
+    first, second = error.failures[0], error.failures[1]
+    assert (first.global_rank, second.global_rank) == (2, 1)
+    assert first.role == second.role == Role.CANDIDATE
+    assert 0 < second.timestamp_ns - first.timestamp_ns < 1_000_000_000
+
+
+def test_killed_rank_beats_the_later_collective_error_of_its_peer() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.killed_then_collective_error(k=0, j=1)
+    error = _root_cause_error(excinfo)
+    root, peer = error.failures[0], error.failures[1]
+    assert (root.global_rank, root.signal_name, root.role) == (0, "SIGKILL", Role.CANDIDATE)
+    assert peer.global_rank == 1 and peer.role == Role.VICTIM
+    assert peer.time_source == TimeSource.RECORDED, "rank 1 should have raised its collective error"
+    assert peer.timestamp_ns - root.timestamp_ns > 500_000_000
+
+
+def test_recoverable_exception_gives_flyte_recoverable_error() -> None:
+    with pytest.raises(Exception) as excinfo:
+        scenarios.rank_raises_recoverable(k=1)
+    error = _root_cause_error(excinfo)
+    assert isinstance(error, FlyteRecoverableException)
+    assert error.root_cause.recoverable and error.root_cause.global_rank == 1
+    assert "spot capacity lost on rank 1" in error.report.splitlines()[0]
+
+
+def test_success_returns_rank_zero_value_unchanged() -> None:
+    assert scenarios.succeeds(x=7) == {"rank": 0, "x": 7, "world": 2}
