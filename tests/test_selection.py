@@ -1,0 +1,121 @@
+"""Failure records from the agent's evidence, and the raised error (pure, no processes)."""
+
+from __future__ import annotations
+
+import signal
+
+from backend_reader.ordering import Role, TimeSource
+from flytekitplugins_rootcause.death_watcher import ProcessExit
+from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from flytekitplugins_rootcause.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.report import format_root_cause_message, format_time
+from flytekitplugins_rootcause.selection import Detection, WorkerEvidence, is_recoverable, rank_failures
+from flytekitplugins_rootcause.task import root_cause_error
+from flytekitplugins_rootcause.worker_recorder import RecordedError
+
+S = 1_000_000_000
+T0 = 1_795_000_000 * S
+
+
+def launched(rank: int) -> LaunchedWorker:
+    return LaunchedWorker(attempt=0, local_rank=rank, global_rank=rank, group_rank=0, pid=100 + rank,
+                          error_file=f"/tmp/attempt_0/{rank}/error.json")
+
+
+def recorded(message: str, ns: int | None, *, mro: tuple[str, ...] = ("ValueError",), recoverable: bool = False,
+             ) -> RecordedError:
+    return RecordedError(message, "Traceback (most recent call last):\n  boom\n", ns, f"builtins.{mro[0]}", mro,
+                         recoverable, None, None, None, "host-a", "pod-0", None)
+
+
+def rank(evidence: list[WorkerEvidence], teardown_ns: int | None = None):
+    return rank_failures(evidence, teardown_ns=teardown_ns, worker="pod-0", host="host-a")
+
+
+def test_recorded_time_beats_observed_and_detected() -> None:
+    worker = WorkerEvidence(launched(0), ProcessExit(100, T0 + 3 * S, 1, None), recorded("ValueError: x", T0),
+                            Detection(timestamp_s=T0 // S + 9, exitcode=1))
+    [failure] = rank([worker])
+    assert (failure.timestamp_ns, failure.time_source) == (T0, TimeSource.RECORDED)
+
+
+def test_signal_death_uses_the_observed_exit_not_the_detection_time() -> None:
+    killed = WorkerEvidence(launched(1), ProcessExit(101, T0 + 100, None, int(signal.SIGKILL)), None,
+                            Detection(timestamp_s=T0 // S + 5, exitcode=-9))
+    raised_later = WorkerEvidence(launched(0), ProcessExit(100, T0 + 2 * S, 1, None),
+                                  recorded("ValueError: late", T0 + S))
+    failures = rank([raised_later, killed])
+    assert [f.global_rank for f in failures] == [1, 0]
+    assert failures[0].time_source == TimeSource.OBSERVED and failures[0].signal_name == "SIGKILL"
+
+
+def test_detection_time_is_the_last_resort() -> None:
+    [failure] = rank([WorkerEvidence(launched(0), None, None, Detection(timestamp_s=T0 // S, exitcode=3))])
+    assert (failure.timestamp_ns, failure.time_source, failure.exitcode) == (T0, TimeSource.DETECTED, 3)
+
+
+def test_workers_alive_at_teardown_are_victims_even_when_sigkilled() -> None:
+    teardown = T0 + S
+    cause = WorkerEvidence(launched(2), ProcessExit(102, T0 + 10, 1, None), recorded("ValueError: x", T0))
+    termed = WorkerEvidence(launched(0), ProcessExit(100, teardown + 5, None, int(signal.SIGTERM)), None)
+    killed = WorkerEvidence(launched(1), ProcessExit(101, teardown + 5 * S, None, int(signal.SIGKILL)), None)
+    failures = rank([killed, termed, cause], teardown)
+    assert [(f.global_rank, f.role) for f in failures] == [(2, Role.CANDIDATE), (0, Role.VICTIM), (1, Role.VICTIM)]
+
+
+def test_victim_that_failed_first_still_loses_to_the_cause() -> None:
+    peer_error = WorkerEvidence(launched(0), None, recorded("RuntimeError: Connection closed by peer", T0,
+                                                            mro=("RuntimeError",)))
+    oom = WorkerEvidence(launched(1), None, recorded("OutOfMemoryError: CUDA out of memory", T0 + S,
+                                                     mro=("OutOfMemoryError",)))
+    failures = rank([peer_error, oom])
+    assert [f.global_rank for f in failures] == [1, 0]
+    assert failures[1].role == Role.VICTIM
+
+
+def test_exit_status_from_torch_handle_when_the_watcher_lost_the_race() -> None:
+    lost = WorkerEvidence(launched(0), ProcessExit(100, T0, None, None), None, torch_exitcode=-int(signal.SIGABRT))
+    [failure] = rank([lost])
+    assert failure.signal_name == "SIGABRT"
+
+
+def test_workers_that_exited_cleanly_are_not_failures() -> None:
+    ok = WorkerEvidence(launched(0), ProcessExit(100, T0, 0, None), None)
+    assert rank([ok]) == []
+
+
+def test_recoverable_root_cause_and_victim_only_pods_are_recoverable() -> None:
+    recoverable = rank([WorkerEvidence(launched(0), None, recorded("FlyteRecoverableException: spot", T0,
+                                                                 recoverable=True))])
+    assert is_recoverable(recoverable)
+    assert isinstance(root_cause_error(recoverable), ElasticRootCauseRecoverableError)
+    only_victims = rank([WorkerEvidence(launched(0), None, recorded("RuntimeError: Connection reset by peer", T0,
+                                                                  mro=("RuntimeError",)))])
+    assert only_victims[0].role == Role.VICTIM and is_recoverable(only_victims)
+    fatal = rank([WorkerEvidence(launched(0), None, recorded("ValueError: x", T0))])
+    error = root_cause_error(fatal)
+    assert isinstance(error, ElasticRootCauseError) and not is_recoverable(fatal)
+    assert error.timestamp == T0 / S and error.timestamp_ns == T0
+
+
+def test_report_names_root_cause_then_victims() -> None:
+    teardown = T0 + S
+    failures = rank([
+        WorkerEvidence(launched(1), ProcessExit(101, T0 + 123_456_789, None, int(signal.SIGKILL)), None),
+        WorkerEvidence(launched(0), ProcessExit(100, teardown + 1, None, int(signal.SIGTERM)), None),
+    ], teardown)
+    text = format_root_cause_message(failures)
+    lines = text.splitlines()
+    assert lines[0] == (
+        f"[root cause] rank 1 (local rank 1, group rank 0) on worker pod-0 (host host-a, pid 101, SIGKILL) "
+        f"failed at {format_time(T0 + 123_456_789)} (observed): killed by SIGKILL (no error file: likely killed "
+        "by the OOM killer or the node; check the pod's memory limit and events)"
+    )
+    assert lines[-2] == "Other failures (1):"
+    assert lines[-1].startswith("  - victim: rank 0 (local rank 0, group rank 0) on worker pod-0")
+    assert " +0.877 s: killed by SIGTERM (the agent's teardown" in lines[-1]
+
+
+def test_format_time_keeps_nanoseconds() -> None:
+    assert format_time(1_700_000_000_000_000_001) == "2023-11-14T22:13:20.000000001Z"
+    assert format_time(None) == "unknown time"
