@@ -1,0 +1,72 @@
+"""The training task the simulator runs: a gloo all-reduce loop with an injectable fault.
+
+Module-level tasks, one per job shape and config, because a pod loads its task by module and
+name (flytekit's default resolver), exactly as on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from flytekit import task
+from flytekitplugins.kfpytorch import Elastic
+
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, maybe_inject
+from flytekitplugins_rootcause.worker_recorder import worker_name
+
+#: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
+COLLECTIVE_TIMEOUT_S = 20
+RANKS_DIR = "ranks"
+
+
+def _record_placement(rank: int, pod: str, local_rank: int) -> None:
+    """Ground truth for the simulator: which pod and local rank got which global rank."""
+    sim_dir = os.environ.get(SIM_DIR_VARIABLE)
+    if sim_dir:
+        path = Path(sim_dir) / RANKS_DIR
+        path.mkdir(parents=True, exist_ok=True)
+        (path / str(rank)).write_text(f"{pod}\n{local_rank}")
+
+
+def run_training(steps: int) -> float:
+    """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    rank, pod, local_rank = dist.get_rank(), worker_name(), int(os.environ["LOCAL_RANK"])
+    _record_placement(rank, pod, local_rank)
+    dist.barrier()
+    weights = torch.ones(64, 64)
+    loss = 0.0
+    for step in range(steps):
+        maybe_inject(step, pod, local_rank)
+        grads = weights @ torch.randn(64, 64) * 1e-3
+        dist.all_reduce(grads)
+        weights -= grads / dist.get_world_size()
+        loss = float(weights.mean())
+        time.sleep(0.05)
+    dist.destroy_process_group()
+    return loss
+
+
+# One task per job shape and config; monitor_interval is left at each config's default (what a
+# user gets). flytekit resolves a task by its function's name, hence one function each.
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2))
+def train_2x2(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=Elastic(nnodes=2, nproc_per_node=2))
+def train_2x2_elastic(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=2))
+def train_3x2(steps: int = 8) -> float:
+    return run_training(steps)
