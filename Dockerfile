@@ -1,0 +1,24 @@
+# Task image for `pyflyte run --remote`: Python 3.11 slim, torch, flytekit and this plugin, with the
+# patched entrypoint (`pyflyte-rootcause-execute`) on PATH: ElasticRootCause tasks name it in their
+# container args. For GPUs, start from a CUDA base image or install a CUDA torch wheel instead.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    VENV=/opt/venv
+RUN python -m venv "$VENV"
+ENV PATH="$VENV/bin:$PATH"
+
+# torch first, pinned, from the CPU index; swap the index for a CUDA build on GPU nodes.
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
+
+WORKDIR /root
+COPY setup.cfg pyproject.toml README.md ./
+COPY flytekitplugins_rootcause ./flytekitplugins_rootcause
+COPY backend_reader ./backend_reader
+RUN pip install . && command -v pyflyte-rootcause-execute && command -v rootcause-reader
+
+# Your workflow code (pyflyte --remote uploads it with fast registration; copy it for a baked image).
+COPY examples ./examples

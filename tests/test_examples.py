@@ -1,0 +1,27 @@
+"""The examples run with `pyflyte run` as the README says, and show the root-cause report."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
+
+
+@pytest.mark.slow
+def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_INTERNAL", "_F_"))}
+    completed = subprocess.run(
+        [PYFLYTE, "run", str(REPO / "examples" / "training_workflow.py"), "training_wf", "--fail_rank", "1"],
+        cwd=tmp_path, env=env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=240, check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode != 0
+    assert "[root cause] rank 1 (local rank 1, group rank 0)" in output
+    assert "ValueError: corrupt shard read by rank 1 in epoch 1" in output
+    assert "Other failures (1):" in output
