@@ -21,6 +21,22 @@ DEFAULT_MONITOR_INTERVAL_S = 0.5
 #: (torch 2.13 waits a hard-coded 30 s on the function-launch path).
 DEFAULT_TEARDOWN_GRACE_S = 5.0
 
+#: How often the agent watchdog looks for a hung agent (it only reads in-memory state and stats a
+#: few error files, so once a second costs nothing measurable).
+DEFAULT_AGENT_WATCHDOG_INTERVAL_S = 1.0
+
+#: How long after a worker failure the agent may go without finishing (torch needs one monitor
+#: interval plus one teardown grace); rendezvous and exit barrier get their own limits on top.
+DEFAULT_AGENT_HANG_TIMEOUT_S = 60.0
+
+#: NCCL's heartbeat monitor aborts a process whose NCCL watchdog thread is stuck this long
+#: (torch's default is 480 s); see docs/settings.md.
+DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
+
+#: TORCH_NCCL_ASYNC_ERROR_HANDLING=1: on a collective error or timeout, abort the communicator and
+#: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
+DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
+
 
 @dataclass
 class ElasticRootCause(Elastic):
@@ -36,6 +52,15 @@ class ElasticRootCause(Elastic):
             that read only ``error.pb`` see the earliest writer's error instead of the latest.
         teardown_grace_s: seconds the surviving workers get between SIGTERM and SIGKILL.
         straggler_check: optional ``StragglerCheck`` run inside the launch before the user's function.
+        agent_watchdog: end a hung agent after writing the root cause (``docs/teardown_watchdog.md``).
+        agent_watchdog_interval_s: seconds between the watchdog's checks.
+        agent_hang_timeout_s: seconds the agent may go without finishing after a worker failed.
+        nccl_heartbeat_timeout_s: ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`` if the pod does not set it
+            (``None``: leave torch's default).
+        nccl_async_error_handling: ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` if the pod does not set it.
+        collective_timeout_s: default timeout of process groups created without an explicit
+            ``timeout`` (``None``: torch's default, 10 min for NCCL and 30 min for other backends).
+        unbuffered_output: ``PYTHONUNBUFFERED=1`` if unset, so a killed worker's last lines reach the log.
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
@@ -43,12 +68,35 @@ class ElasticRootCause(Elastic):
     error_pb_if_absent: bool = True
     teardown_grace_s: float = DEFAULT_TEARDOWN_GRACE_S
     straggler_check: Any = None
+    agent_watchdog: bool = True
+    agent_watchdog_interval_s: float = DEFAULT_AGENT_WATCHDOG_INTERVAL_S
+    agent_hang_timeout_s: float = DEFAULT_AGENT_HANG_TIMEOUT_S
+    nccl_heartbeat_timeout_s: int | None = DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S
+    nccl_async_error_handling: int | None = DEFAULT_NCCL_ASYNC_ERROR_HANDLING
+    collective_timeout_s: float | None = None
+    unbuffered_output: bool = True
 
     def __post_init__(self) -> None:
         if self.monitor_interval <= 0:
             raise ValueError(f"monitor_interval must be > 0 seconds, got {self.monitor_interval!r}")
         if self.teardown_grace_s < 0:
             raise ValueError(f"teardown_grace_s must be >= 0 seconds, got {self.teardown_grace_s!r}")
+        if self.agent_watchdog_interval_s <= 0:
+            raise ValueError(f"agent_watchdog_interval_s must be > 0 seconds, got {self.agent_watchdog_interval_s!r}")
+        if self.agent_hang_timeout_s <= self.monitor_interval + self.teardown_grace_s:
+            raise ValueError(
+                f"agent_hang_timeout_s ({self.agent_hang_timeout_s!r}) must exceed monitor_interval + "
+                f"teardown_grace_s ({self.monitor_interval + self.teardown_grace_s:g} s): the agent needs that "
+                "long to notice a failure and tear the other workers down"
+            )
+        if self.nccl_heartbeat_timeout_s is not None and self.nccl_heartbeat_timeout_s <= 0:
+            raise ValueError(f"nccl_heartbeat_timeout_s must be > 0 seconds, got {self.nccl_heartbeat_timeout_s!r}")
+        if self.nccl_async_error_handling not in (None, 0, 1, 2, 3):
+            raise ValueError(
+                f"nccl_async_error_handling must be 0, 1, 2, 3 or None, got {self.nccl_async_error_handling!r}"
+            )
+        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
+            raise ValueError(f"collective_timeout_s must be > 0 seconds, got {self.collective_timeout_s!r}")
 
 
 # Register ElasticRootCauseFunctionTask for this config whichever module the user imported the

@@ -7,17 +7,24 @@ wraps that one function in the agent module, so that for each new process contex
 - registers every worker pid with the :class:`DeathWatcher` (exact exit times), together with its
   ranks, restart attempt and error-file path (from the context torch built);
 - wraps that context's ``close`` to note when teardown began (a worker still alive then and killed
-  afterwards is a *victim*) and to apply the configured grace period instead of torch's hard-coded
-  30 s between SIGTERM and SIGKILL.
+  afterwards is a *victim*) and to apply the configured grace period between SIGTERM and SIGKILL;
+- on the function path, also wraps the ``torch.multiprocessing`` ``ProcessContext.join`` the
+  context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
+  hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
+  wrapper sees the failure first, notes teardown, and tears down with torch's own ``_close`` under
+  the configured grace; torch's join then finds everyone gone and reports the failed worker.
 
 Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
-go through ``start_processes``, so both are covered. Nothing else in torch is changed.
+go through ``start_processes``, so both are covered. ``observing_launch`` also notes when the agent
+is inside a rendezvous (which may legitimately wait for peers for minutes), for the agent watchdog.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import multiprocessing.connection
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +64,7 @@ class LaunchObserver:
         self._workers: list[LaunchedWorker] = []
         self._teardown_ns: dict[int, int] = {}
         self._contexts: dict[int, Any] = {}
+        self._rendezvous_since_ns: int | None = None
 
     @property
     def workers(self) -> list[LaunchedWorker]:
@@ -74,6 +82,21 @@ class LaunchObserver:
     def teardown_ns(self, attempt: int) -> int | None:
         with self._lock:
             return self._teardown_ns.get(attempt)
+
+    def note_teardown(self, attempt: int) -> int:
+        """Record that tearing down ``attempt``'s workers begins now (the first call wins)."""
+        with self._lock:
+            return self._teardown_ns.setdefault(attempt, time.time_ns())
+
+    @property
+    def rendezvous_since_ns(self) -> int | None:
+        """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
+        with self._lock:
+            return self._rendezvous_since_ns
+
+    def on_rendezvous(self, entered: bool) -> None:
+        with self._lock:
+            self._rendezvous_since_ns = time.time_ns() if entered else None
 
     def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
         return self.watcher.exit_of(worker.pid)
@@ -119,38 +142,111 @@ class LaunchObserver:
             self._workers.extend(started)
             self._contexts[attempt] = pcontext
         self._wrap_close(pcontext, attempt)
+        self._wrap_join(pcontext, attempt)
 
     def _wrap_close(self, pcontext: Any, attempt: int) -> None:
         original_close: Callable[..., None] = pcontext.close
         grace = self.teardown_grace_s
 
         def close(death_sig: Any = None, timeout: float = 30) -> None:
-            with self._lock:
-                self._teardown_ns.setdefault(attempt, time.time_ns())
+            self.note_teardown(attempt)
             if grace is not None:
                 timeout = min(timeout, grace)
             original_close(death_sig, timeout)
 
         pcontext.close = close
 
+    def _wrap_join(self, pcontext: Any, attempt: int) -> None:
+        """Take over the teardown ``ProcessContext.join`` does when it sees a failed worker.
+
+        torch's ``MultiprocessContext._poll`` calls ``self._pc.join(-1)``; on a failure that join
+        sends SIGTERM to the others and waits 30 s before SIGKILL (``grace_period=None``). This
+        wrapper does the same wait on the sentinels first; if a worker failed, it notes teardown,
+        runs torch's own ``_close`` with the configured grace, and puts the failed worker's sentinel
+        first, so that torch's join (which now finds every worker gone) reports that worker.
+        """
+        grace = self.teardown_grace_s
+        process_context = getattr(pcontext, "_pc", None)
+        if grace is None or process_context is None or not hasattr(process_context, "sentinels"):
+            return
+        original_join: Callable[..., bool] = process_context.join
+
+        def join(timeout: float | None = None, grace_period: float | None = None) -> bool:
+            sentinels: dict[Any, int] = process_context.sentinels
+            if sentinels:
+                ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
+                failed = _failed_indices(process_context, [sentinels[s] for s in ready])
+                if failed:
+                    first = min(failed, key=lambda index: self._exit_ns(process_context, index))
+                    self.note_teardown(attempt)
+                    pcontext._close(death_sig=signal.SIGTERM, timeout=grace)
+                    process_context.sentinels = {
+                        s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)
+                    }
+                timeout = 0  # the wait is done; torch's join only collects what is ready
+            return original_join(timeout, grace if grace_period is None else grace_period)
+
+        process_context.join = join
+
+    def _exit_ns(self, process_context: Any, index: int) -> int:
+        """When worker ``index`` exited (the watcher's time; now if the watcher has not seen it)."""
+        exit_ = self.watcher.exit_of(process_context.processes[index].pid)
+        return exit_.exit_ns if exit_ is not None else time.time_ns()
+
+
+def _failed_indices(process_context: Any, indices: list[int]) -> list[int]:
+    """The ready workers among ``indices`` that exited with a non-zero status (reaping them)."""
+    failed = []
+    for index in indices:
+        process = process_context.processes[index]
+        process.join()  # its sentinel is ready: it has exited, this only reaps it (as torch does)
+        if process.exitcode != 0:
+            failed.append(index)
+    return failed
+
+
+@contextlib.contextmanager
+def _class_attribute(owner: type, name: str, value: Any) -> Iterator[None]:
+    """Set ``owner.name`` for the block; afterwards restore it (or delete it, if it was inherited)."""
+    had_own, original = name in vars(owner), vars(owner).get(name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
 
 @contextlib.contextmanager
 def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
-    """Route the agent's ``start_processes`` through ``observer`` for the duration of a launch.
+    """Route the agent's ``start_processes`` and rendezvous through ``observer`` for a launch.
 
     The agent module looks ``start_processes`` up as a module global on every attempt, so
-    replacing it there (and restoring it after) is the narrowest hook torch offers. An elastic
-    launch runs once per agent process, so no other launch can see the replacement.
+    replacing it there (and restoring it after) is the narrowest hook torch offers; the rendezvous
+    is a method of the agent class, wrapped on ``LocalElasticAgent`` for the launch only. An elastic
+    launch runs once per agent process, so no other launch can see the replacements.
     """
     original = local_elastic_agent.start_processes
+    agent_class = local_elastic_agent.LocalElasticAgent
+    original_rendezvous = agent_class._rendezvous
 
     def start_and_observe(*args: Any, **kwargs: Any) -> Any:
         pcontext = original(*args, **kwargs)
         observer.on_started(pcontext)
         return pcontext
 
+    def rendezvous_and_observe(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        observer.on_rendezvous(True)
+        try:
+            return original_rendezvous(agent, *args, **kwargs)
+        finally:
+            observer.on_rendezvous(False)
+
     local_elastic_agent.start_processes = start_and_observe
     try:
-        yield observer
+        with _class_attribute(agent_class, "_rendezvous", rendezvous_and_observe):
+            yield observer
     finally:
         local_elastic_agent.start_processes = original

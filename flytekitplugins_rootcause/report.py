@@ -11,19 +11,45 @@ import textwrap
 
 from backend_reader.ordering import Role
 from backend_reader.roles import role_marker
-from flytekitplugins_rootcause.failures import WorkerFailure
+from flytekitplugins_rootcause.failures import WorkerFailure, signal_name
 
 #: What a death by signal usually means on a training cluster, and what to check.
 SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": "no error file: likely killed by the OOM killer or the node; check the pod's memory limit and events",
-    "SIGABRT": "likely aborted by the NCCL watchdog (collective timeout or error) or a C++ assertion; "
-    "check NCCL logs (NCCL_DEBUG=INFO)",
+    "SIGABRT": "likely aborted by the NCCL watchdog (a collective timed out or failed, often because a peer "
+    "died or hung first) or a C++ assertion; check the worker's stderr and NCCL logs (NCCL_DEBUG=INFO)",
     "SIGSEGV": "segmentation fault in native code (CUDA, a C extension); check the worker's stderr",
     "SIGBUS": "bus error: often /dev/shm too small for data loader workers; raise shared memory",
 }
 _TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL")
 
-_OOM_TYPES = ("OutOfMemoryError",)
+#: Exception class names that mean the GPU ran out of memory (in torch 2.13 ``torch.cuda.OutOfMemoryError`` is
+#: ``torch.OutOfMemoryError``), and message fragments of older or native variants.
+_GPU_OOM_TYPES = ("OutOfMemoryError",)
+_GPU_OOM_MESSAGES = ("cuda out of memory", "cuda error: out of memory", "hip out of memory")
+GPU_OOM_HINT = "out of GPU memory: reduce the batch size, enable activation checkpointing or shard the model"
+HOST_OOM_HINT = "out of host memory: raise the pod's memory request/limit or reduce data loader workers"
+
+#: Shells report a child killed by signal N as exit code 128 + N (binary entrypoints, wrapper scripts).
+_SHELL_SIGNAL_BASE = 128
+
+
+def oom_hint(exception_type: str | None, message: str) -> str | None:
+    """The out-of-memory hint for a recorded exception, or ``None`` when it is not an OOM."""
+    name = exception_type.rsplit(".", 1)[-1] if exception_type else ""
+    lowered = message.lower()
+    if name in _GPU_OOM_TYPES or any(fragment in lowered for fragment in _GPU_OOM_MESSAGES):
+        return GPU_OOM_HINT
+    if name == "MemoryError" or lowered.startswith("memoryerror"):
+        return HOST_OOM_HINT
+    return None
+
+
+def _signal_of_shell_exit(exitcode: int) -> str | None:
+    if _SHELL_SIGNAL_BASE < exitcode < _SHELL_SIGNAL_BASE + 65:
+        name = signal_name(exitcode - _SHELL_SIGNAL_BASE)
+        return name if name in SIGNAL_HINTS else None
+    return None
 
 
 def format_time(timestamp_ns: int | None) -> str:
@@ -36,18 +62,23 @@ def format_time(timestamp_ns: int | None) -> str:
 
 
 def describe_ending(failure: WorkerFailure) -> str:
-    """How the worker ended: exception, signal (with a hint) or exit code."""
+    """How the worker ended: exception, signal or exit code, with what it likely means."""
     if failure.message:
         ending = failure.message.strip().splitlines()[0] if failure.message.strip() else failure.message
-        if failure.exception_type and failure.exception_type.rsplit(".", 1)[-1] in _OOM_TYPES:
-            ending += " (out of GPU memory: reduce the batch size or enable activation checkpointing)"
-        return ending
+        hint = oom_hint(failure.exception_type, failure.message)
+        return ending + (f" ({hint})" if hint else "")
     if failure.signal_name:
         if failure.role == Role.VICTIM and failure.signal_name in _TEARDOWN_SIGNALS:
             return f"killed by {failure.signal_name} (the agent's teardown after another worker failed)"
         hint = SIGNAL_HINTS.get(failure.signal_name)
         return f"killed by {failure.signal_name}" + (f" ({hint})" if hint else "")
     if failure.exitcode is not None:
+        shell_signal = _signal_of_shell_exit(failure.exitcode)
+        if shell_signal is not None:
+            return (
+                f"exited with code {failure.exitcode} (128 + {shell_signal}: a process it ran was killed by "
+                f"{shell_signal}; {SIGNAL_HINTS[shell_signal]})"
+            )
         return f"exited with code {failure.exitcode}"
     return "failed (no exit status or error file)"
 

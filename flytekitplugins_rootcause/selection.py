@@ -95,10 +95,18 @@ def build_failure(
     # torch's own text for a worker without an error file ("Signal 9 (SIGKILL) received by PID ...")
     # says less than the signal and exit code the report shows, so only a recorded message is kept.
     message = recorded.message if recorded else ""
+    # A worker that recorded its own failure before teardown began may still be SIGTERMed while it
+    # exits: that signal ends a failure already recorded, so it must not make the worker a victim.
+    failed_before_teardown = (
+        recorded is not None
+        and recorded.timestamp_ns is not None
+        and teardown_ns is not None
+        and recorded.timestamp_ns < teardown_ns
+    )
     role = classify_role(
         exception_types=recorded.exception_mro if recorded else (),
         message=message,
-        signal_number=signal_number,
+        signal_number=None if failed_before_teardown else signal_number,
         terminated_by_agent=_terminated_by_agent(evidence, timestamp_ns, teardown_ns),
     )
     launched = evidence.launched

@@ -1,21 +1,25 @@
 """``ElasticRootCauseFunctionTask``: kfpytorch's elastic task that reports the true first failure.
 
-It reuses kfpytorch's ``_execute`` unchanged and adds three things around it:
+It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
 
 1. the user's function is wrapped in :class:`RecordingTaskFunction`, so every worker records its
    exception with a nanosecond time, ranks and host (kfpytorch pickles or calls whatever
-   ``_task_function`` holds, on both start methods);
+   ``_task_function`` holds, on both start methods); the worker-side hooks (process settings,
+   the straggler pre-check) run there first;
 2. the launch is observed (:mod:`launch_observer`): every worker pid is watched for its exact exit,
-   teardown start is noted, and teardown uses ``teardown_grace_s``;
-3. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
+   teardown start is noted, and teardown uses ``teardown_grace_s`` instead of torch's 30 s;
+3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
+   unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;
+4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
    with the shared rule and a timestamped ``ElasticRootCauseError`` (or its recoverable twin) is
    raised in its place. torch itself reports only the first failure its poll happened to find.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import socket
+from collections.abc import Callable
 from typing import Any
 
 from flytekit.configuration import SerializationSettings
@@ -26,13 +30,19 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.evidence import gather_evidence
-from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.failures import WorkerFailure
+from flytekitplugins_rootcause.deck import publish_timeline_deck
 from flytekitplugins_rootcause.launch_observer import LaunchObserver, observing_launch
-from flytekitplugins_rootcause.report import format_root_cause_message
-from flytekitplugins_rootcause.selection import is_recoverable, rank_failures
-from flytekitplugins_rootcause.worker_recorder import RecordingTaskFunction, worker_name
+from flytekitplugins_rootcause.process_settings import (
+    WorkerProcessSettings,
+    agent_environment,
+    applied_environment,
+    before_user_function,
+)
+from flytekitplugins_rootcause.root_cause import diagnose, root_cause_error
+from flytekitplugins_rootcause.watchdog import AgentWatchdog, watchdog_settings
+from flytekitplugins_rootcause.worker_recorder import RecordingTaskFunction
+
+__all__ = ["PATCHED_ENTRYPOINT", "ElasticRootCauseFunctionTask", "root_cause_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +58,6 @@ def _child_failed_error(exc: BaseException) -> ChildFailedError | None:
     return None
 
 
-def root_cause_error(failures: list[WorkerFailure]) -> ElasticRootCauseError | ElasticRootCauseRecoverableError:
-    """The exception to raise for ranked failures (root cause first)."""
-    message = format_root_cause_message(failures)
-    if is_recoverable(failures):
-        return ElasticRootCauseRecoverableError(message, failures)
-    return ElasticRootCauseError(message, failures)
-
-
 class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
     """Runs like ``PytorchElasticFunctionTask``; on failure raises the root cause, timestamped."""
 
@@ -66,31 +68,42 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         command = super().get_default_command(settings)
         return [PATCHED_ENTRYPOINT if arg == "pyflyte-execute" else arg for arg in command]
 
-    def _before_user_function(self) -> Any:
-        """Callable run in each worker before the user's function (the straggler pre-check)."""
-        return None
+    def _worker_hooks(self) -> list[Callable[[], None] | None]:
+        """Picklable callables each worker runs, in order, before the user's function.
+
+        Extend (``return [*super()._worker_hooks(), hook]``) to add one, e.g. the straggler
+        pre-check; the process settings come first so the hooks after them see them applied.
+        """
+        return [WorkerProcessSettings(collective_timeout_s=self.task_config.collective_timeout_s)]
+
+    def _before_user_function(self) -> Callable[[], None] | None:
+        """The worker hooks as the single callable ``RecordingTaskFunction`` runs."""
+        return before_user_function(self._worker_hooks())
 
     def _execute(self, **kwargs: Any) -> Any:
         user_function = self._task_function
         self._task_function = RecordingTaskFunction(user_function, self._before_user_function())
+        settings = watchdog_settings(self.task_config)
         try:
             with DeathWatcher() as watcher:
                 observer = LaunchObserver(watcher, teardown_grace_s=self.task_config.teardown_grace_s)
                 try:
-                    with observing_launch(observer):
+                    with (
+                        applied_environment(agent_environment(self.task_config)),
+                        observing_launch(observer),
+                        AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
+                    ):
                         return super()._execute(**kwargs)
                 except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                     child_failed = _child_failed_error(exc)
                     if child_failed is None:
                         raise
-                    evidence, teardown_ns = gather_evidence(observer, child_failed)
-                    failures = rank_failures(
-                        evidence, teardown_ns=teardown_ns, worker=worker_name(), host=socket.gethostname()
-                    )
+                    failures = diagnose(observer, child_failed)
                     if not failures:
                         logger.warning("no failed worker found in the launch; reporting torch's error as is")
                         raise
                     error = root_cause_error(failures)
+                    publish_timeline_deck(failures)
                     logger.error("Root cause of the elastic launch failure:\n%s", error)
                     raise error from None
         finally:

@@ -119,3 +119,11 @@ def test_report_names_root_cause_then_victims() -> None:
 def test_format_time_keeps_nanoseconds() -> None:
     assert format_time(1_700_000_000_000_000_001) == "2023-11-14T22:13:20.000000001Z"
     assert format_time(None) == "unknown time"
+
+
+def test_own_failure_recorded_before_teardown_is_not_undone_by_a_later_sigterm() -> None:
+    teardown = T0 + S
+    slow_exit = WorkerEvidence(launched(0), ProcessExit(100, teardown + 2 * S, None, int(signal.SIGTERM)),
+                               recorded("ValueError: x", T0))
+    [failure] = rank([slow_exit], teardown)
+    assert failure.role == Role.CANDIDATE and failure.signal_name == "SIGTERM"

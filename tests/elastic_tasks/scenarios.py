@@ -85,6 +85,10 @@ def two_raise_50ms_apart(first: int, second: int) -> int:
 @task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, monitor_interval=3))
 def killed_then_collective_error(k: int, j: int) -> int:
     """Rank k is SIGKILLed; 1 s later rank j's allreduce fails because its peer is gone."""
+    if _rank() == j:
+        # j must live to raise its collective error even if the agent's poll catches k's death
+        # first and starts the teardown (then j is SIGKILLed after the grace period)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     dist.barrier()
     if _rank() == k:

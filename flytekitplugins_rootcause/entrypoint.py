@@ -1,0 +1,245 @@
+"""``pyflyte-rootcause-execute``: flytekit's ``pyflyte-execute`` with per-worker error documents.
+
+A drop-in: the same click options and arguments (the very ``click.Parameter`` objects of flytekit's
+command), the same setup, task resolution, input download, execution, outputs, decks and exit codes,
+because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execution`` ->
+``_dispatch_execute``). Only the error document changes, and only for tasks that ask for it
+(:func:`flytekitplugins_rootcause.error_documents.decide_policy`):
+
+- named: staged under a private name, then written as ``error-<worker>-<uuid>.pb`` and/or created
+  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.error_upload`), each file with one
+  store call, instead of riding along in flytekit's recursive engine-folder upload;
+- stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
+  the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first).
+
+This is done by swapping, for the duration of one command, the module-level helpers flytekit's
+``_dispatch_execute`` looks up (``_build_error_file_name``, ``_get_worker_name``,
+``get_container_error_timestamp``, ``get_traceback_str``) and the task's file-access ``put_data``,
+whose engine-folder upload is intercepted only to take the staged error document out of it. A plain
+``@task`` (no strategy variable, no ``ElasticRootCause`` config) runs through flytekit untouched.
+
+If an error file cannot be written, the command prints one line per file naming the path and the
+reason on stderr and exits with :data:`WRITE_FAILED_EXIT_CODE`, so the pod fails visibly instead of
+"succeeding" with nothing for Flyte to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import click
+import flytekit.bin.entrypoint as flytekit_entrypoint
+from flytekit.core.context_manager import FlyteContext
+from flytekit.loggers import logger
+
+from flytekitplugins_rootcause.error_documents import (
+    DIST_ERROR_STRATEGY_ENV_VARS,
+    ErrorFilePolicy,
+    decide_policy,
+    error_message,
+    exact_error_timestamp,
+    last_resort_document,
+)
+from flytekitplugins_rootcause.error_upload import (
+    ErrorDocumentWriteError,
+    FilesystemSource,
+    WriteOutcome,
+    write_error_documents,
+)
+from flytekitplugins_rootcause.failure_sink import failure_sink
+from flytekitplugins_rootcause.worker_names import display_worker_name, raw_worker_name
+
+if TYPE_CHECKING:
+    from flytekitplugins_rootcause.config import ElasticRootCause
+
+COMMAND_NAME = "pyflyte-rootcause-execute"
+
+#: Exit status when an error document could not be written (1 is an uncaught exception, 2 a usage
+#: error in click): the pod fails, and its log says which file and why.
+WRITE_FAILED_EXIT_CODE = 3
+
+#: Name of the error document inside flytekit's engine folder, before it is moved out.
+STAGED_ERROR_FILE_NAME = ".rootcause-staged-error.pb"
+
+_FLYTEKIT_COMMAND: click.Command = flytekit_entrypoint.execute_task_cmd
+_flytekit_dispatch_execute = flytekit_entrypoint._dispatch_execute
+_flytekit_error_timestamp = flytekit_entrypoint.get_container_error_timestamp
+_flytekit_traceback_str = flytekit_entrypoint.get_traceback_str
+
+_CONFIG_MODULE = "flytekitplugins_rootcause.config"
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def _replaced(target: object, **attributes: Any) -> Iterator[None]:
+    """Set attributes on a module or an instance for the duration of the block, then restore them.
+
+    An attribute an instance only had through its class is deleted again afterwards, so the class's
+    method shows through as before.
+    """
+    own = vars(target)
+    saved = {name: own.get(name, _ABSENT) for name in attributes}
+    for name, value in attributes.items():
+        setattr(target, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is _ABSENT:
+                delattr(target, name)
+            else:
+                setattr(target, name, value)
+
+
+@dataclasses.dataclass
+class _LoadedTask:
+    """The task, loaded once up front so its config can choose the error files.
+
+    A load failure is kept and raised again when flytekit asks for the task, so flytekit reports it
+    as it always does (a user error in the error document).
+    """
+
+    task: Any = None
+    error: Exception | None = None
+
+    @classmethod
+    def from_loader(cls, load_task: Callable[[], Any]) -> _LoadedTask:
+        try:
+            return cls(task=load_task())
+        except Exception as error:
+            return cls(error=error)
+
+    def load(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.task
+
+    @property
+    def root_cause_config(self) -> ElasticRootCause | None:
+        """The task's ``ElasticRootCause`` config, if it has one.
+
+        Looked up without importing the config module: that would import kfpytorch and torch into
+        every run, plain tasks included. A task can only hold an ``ElasticRootCause`` once its module
+        imported the class, so if the module is not loaded, the config is not one.
+        """
+        config_module = sys.modules.get(_CONFIG_MODULE)
+        config = getattr(self.task, "task_config", None)
+        if config_module is None or not isinstance(config, config_module.ElasticRootCause):
+            return None
+        return config
+
+
+def _exact_error_timestamp(e: Exception | None = None) -> Any:
+    """flytekit's ``get_container_error_timestamp``, exact to the ns for root-cause errors."""
+    exact = exact_error_timestamp(e)
+    return exact if exact is not None else _flytekit_error_timestamp(e)
+
+
+def _error_message(e: Exception) -> str:
+    """flytekit's ``get_traceback_str``, replaced by the root-cause report for root-cause errors."""
+    return error_message(_flytekit_traceback_str(e), e)
+
+
+@dataclasses.dataclass
+class _ErrorFileRouter:
+    """Takes the staged error document out of flytekit's engine-folder upload and writes it our way.
+
+    Every other ``put_data`` call (outputs, decks, user data) goes to flytekit's own method.
+    """
+
+    put_data: Callable[..., Any]
+    engine_dir: str
+    worker: str
+    policy: ErrorFilePolicy
+    filesystems: FilesystemSource
+
+    def __call__(self, local_path: Any, remote_path: str, is_multipart: bool = False, **kwargs: Any) -> Any:
+        staged = os.path.join(self.engine_dir, STAGED_ERROR_FILE_NAME)
+        if not (is_multipart and os.path.realpath(str(local_path)) == os.path.realpath(self.engine_dir)):
+            return self.put_data(local_path, remote_path, is_multipart=is_multipart, **kwargs)
+        if os.path.isfile(staged):
+            with open(staged, "rb") as handle:
+                document = handle.read()
+            os.remove(staged)
+            _log_outcome(write_error_documents(remote_path, document, self.worker, self.policy, self.filesystems))
+        if not os.listdir(self.engine_dir):
+            return remote_path  # flytekit would have uploaded only the error document
+        return self.put_data(local_path, remote_path, is_multipart=is_multipart, **kwargs)
+
+
+def _log_outcome(outcome: WriteOutcome) -> None:
+    if outcome.per_worker_path is not None:
+        logger.info(f"Wrote error document {outcome.per_worker_path}")
+    if outcome.shared_created:
+        logger.info(f"Created {outcome.shared_path} (this pod's error is the first one there)")
+    elif outcome.shared_path is not None:
+        logger.info(f"Left {outcome.shared_path} as it was: another pod's error was written there first")
+
+
+def _dispatch_execute(
+    ctx: FlyteContext,
+    load_task: Callable[[], Any],
+    inputs_path: str,
+    output_prefix: str,
+    is_map_task: bool = False,
+) -> Any:
+    """flytekit's ``_dispatch_execute``, with the error document named, stamped and written by us."""
+    loaded = _LoadedTask.from_loader(load_task)
+    strategy = flytekit_entrypoint.get_one_of(*DIST_ERROR_STRATEGY_ENV_VARS)
+    policy = decide_policy(strategy, loaded.root_cause_config)
+    if policy.is_flytekit_default:
+        return _flytekit_dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
+
+    worker = raw_worker_name(os.environ)
+    file_access = ctx.file_access
+    router = _ErrorFileRouter(
+        put_data=file_access.put_data,
+        engine_dir=ctx.execution_state.engine_dir,
+        worker=worker,
+        policy=policy,
+        filesystems=file_access,
+    )
+    hooks = {
+        "_build_error_file_name": lambda: STAGED_ERROR_FILE_NAME,
+        "_get_worker_name": lambda: display_worker_name(worker),
+        "get_container_error_timestamp": _exact_error_timestamp,
+        "get_traceback_str": _error_message,
+    }
+    def write_last_resort(error: BaseException) -> None:
+        """For the agent watchdog: write this pod's error files for ``error`` before it exits."""
+        document = last_resort_document(error, display_worker_name(worker))
+        _log_outcome(write_error_documents(output_prefix, document, worker, policy, file_access))
+
+    with (
+        _replaced(flytekit_entrypoint, **hooks),
+        _replaced(file_access, put_data=router),
+        failure_sink(write_last_resort, destination=output_prefix),
+    ):
+        return _flytekit_dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
+
+
+def _execute(**params: Any) -> None:
+    """Run flytekit's ``pyflyte-execute`` callback with our ``_dispatch_execute`` in place."""
+    try:
+        with _replaced(flytekit_entrypoint, _dispatch_execute=_dispatch_execute):
+            _FLYTEKIT_COMMAND.callback(**params)  # type: ignore[misc]
+    except ErrorDocumentWriteError as error:
+        for failure in error.failures:
+            click.echo(f"{COMMAND_NAME}: {failure.describe()}", err=True)
+        sys.exit(WRITE_FAILED_EXIT_CODE)
+
+
+execute_task_cmd = click.Command(
+    name=COMMAND_NAME,
+    params=list(_FLYTEKIT_COMMAND.params),
+    callback=_execute,
+    help="pyflyte-execute, writing one error document per worker (and error.pb only if absent).",
+)
+
+if __name__ == "__main__":
+    execute_task_cmd()

@@ -1,0 +1,150 @@
+"""What the patched entrypoint writes on failure, decided without any I/O.
+
+- which files (:class:`ErrorFilePolicy`, from the backend's strategy variable and the task config);
+- their names (``error-<sanitized worker>-<uuid hex>.pb`` directly under the output prefix, where
+  Flyte's backend lists ``error*.pb``, plus the shared ``error.pb``);
+- the ``ContainerError`` stamps flytekit cannot give: the root cause's time to the nanosecond
+  (flytekit goes through a float, which loses sub-microsecond digits), and, for
+  root-cause errors, the report as the message (role marker first, ``backend_reader.roles``).
+
+Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING
+
+from flyteidl.core import errors_pb2, execution_pb2
+from flytekit.core.constants import ERROR_FILE_NAME
+from flytekit.exceptions.base import FlyteException
+from flytekit.exceptions.system import FlyteSystemException
+from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from backend_reader.roles import role_from_marker, role_marker
+from flytekitplugins_rootcause.exceptions import RootCauseDetails
+from flytekitplugins_rootcause.worker_names import sanitize_worker_name
+
+if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
+    from flytekitplugins_rootcause.config import ElasticRootCause
+
+#: Environment variables the backend sets when it aggregates ``error*.pb`` files (same as flytekit).
+DIST_ERROR_STRATEGY_ENV_VARS: tuple[str, ...] = ("FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "_F_DES")
+
+#: The single error file every Flyte backend reads (and the only one without aggregation).
+SHARED_ERROR_FILE_NAME: str = ERROR_FILE_NAME
+
+_NANOS_PER_SECOND = 1_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorFilePolicy:
+    """Which error files a failing pod writes.
+
+    ``per_worker_files``: one ``error-<worker>-<uuid>.pb`` per pod (never overwritten).
+    ``error_pb_if_absent``: also create ``error.pb`` unless a pod already did, so backends that read
+    only ``error.pb`` see the first writer's error rather than the last one's.
+    Neither: flytekit's own behaviour, untouched (one ``error.pb``, last writer wins).
+    """
+
+    per_worker_files: bool
+    error_pb_if_absent: bool
+
+    @property
+    def is_flytekit_default(self) -> bool:
+        return not (self.per_worker_files or self.error_pb_if_absent)
+
+
+def decide_policy(dist_error_strategy: str, config: ElasticRootCause | None) -> ErrorFilePolicy:
+    """Per-worker files when the backend asks (any non-empty strategy) or the task's config does.
+
+    ``config`` is the task's ``ElasticRootCause`` config, ``None`` for any other task. Only that
+    config turns anything on by itself, so a plain ``@task`` run by the patched entrypoint behaves
+    exactly like ``pyflyte-execute``: with no strategy it writes flytekit's ``error.pb``; with a
+    strategy, one per-worker file and no shared copy (the backend aggregates).
+    """
+    per_worker = bool(dist_error_strategy) or (config is not None and config.per_worker_error_files)
+    if_absent = config is not None and config.error_pb_if_absent
+    return ErrorFilePolicy(per_worker_files=per_worker, error_pb_if_absent=if_absent)
+
+
+def per_worker_file_name(worker: str, token: str) -> str:
+    """``error-<sanitized worker>-<token>.pb``; ``token`` is a fresh uuid hex per write.
+
+    Starts with ``error`` and ends with ``.pb``, the pattern Flyte's aggregating reader lists.
+    """
+    if not token or not token.isalnum():
+        raise ValueError(f"token must be a non-empty alphanumeric string, got {token!r}")
+    return f"error-{sanitize_worker_name(worker)}-{token}.pb"
+
+
+def root_cause_error(exc: BaseException | None) -> RootCauseDetails | None:
+    """The ``ElasticRootCause*Error`` behind ``exc``: itself, or the value a Flyte user error wraps."""
+    if isinstance(exc, RootCauseDetails):
+        return exc
+    if isinstance(exc, FlyteUserRuntimeException) and isinstance(exc.value, RootCauseDetails):
+        return exc.value
+    return None
+
+
+def timestamp_from_ns(timestamp_ns: int) -> Timestamp:
+    """An exact protobuf ``Timestamp`` (no float on the way, so no digit is lost)."""
+    seconds, nanos = divmod(timestamp_ns, _NANOS_PER_SECOND)
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+def exact_error_timestamp(exc: BaseException | None) -> Timestamp | None:
+    """The root cause's time at full precision, or ``None`` when ``exc`` carries none."""
+    error = root_cause_error(exc)
+    if error is None or error.timestamp_ns is None:
+        return None
+    return timestamp_from_ns(error.timestamp_ns)
+
+
+def error_message(flytekit_message: str, exc: BaseException | None) -> str:
+    """The ``ContainerError`` message: the root-cause report for root-cause errors, else flytekit's.
+
+    For an ``ElasticRootCause*Error`` the report is what a person needs: its first line names the
+    root cause behind the role marker (which readers parse, ``backend_reader.roles``), then comes
+    the root cause's own traceback and one line per other failure. flytekit's text would open with
+    the agent's internal traceback instead. A report without a marker (an error built by hand)
+    gets one. Messages of other errors stay flytekit's, unchanged.
+    """
+    error = root_cause_error(exc)
+    if error is None:
+        return flytekit_message
+    report = error.report
+    if role_from_marker(report.splitlines()[0] if report else "") is not None:
+        return report
+    return f"{role_marker(error.root_cause.role)} {report}"
+
+
+def last_resort_document(exc: BaseException, worker: str) -> bytes:
+    """The serialized ``ErrorDocument`` for an error the agent watchdog reports while exiting.
+
+    No exception unwinds to flytekit's ``_dispatch_execute`` then, so the document is built here,
+    with the stamps ``_dispatch_execute`` would give: user origin for a worker's failure, system
+    origin for a hang without one (``AgentHungError``), the kind from recoverability, the root
+    cause's exact time (or now), the report as the message.
+    """
+    container = errors_pb2.ContainerError
+    recoverable = isinstance(exc, FlyteRecoverableException | FlyteSystemException)
+    origin = execution_pb2.ExecutionError.SYSTEM if isinstance(exc, FlyteSystemException) else (
+        execution_pb2.ExecutionError.USER
+    )
+    timestamp = exact_error_timestamp(exc) or timestamp_from_ns(time.time_ns())
+    code = exc.error_code if isinstance(exc, FlyteException) else "SYSTEM"
+    report = getattr(exc, "report", None) or f"{type(exc).__name__}: {exc}"
+    document = errors_pb2.ErrorDocument(
+        error=container(
+            code=code,
+            message=error_message(report, exc),
+            kind=container.RECOVERABLE if recoverable else container.NON_RECOVERABLE,
+            origin=origin,
+            timestamp=timestamp,
+            worker=worker,
+        )
+    )
+    return document.SerializeToString()

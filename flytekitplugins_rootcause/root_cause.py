@@ -1,0 +1,42 @@
+"""From what the agent observed to the exception that names the root cause.
+
+One home for the two steps both the normal failure path (``task.py``, after torch reports the
+failure) and the agent watchdog (``watchdog.py``, when torch never will) take: gather the evidence
+of the last attempt and rank it (:func:`diagnose`), then build the timestamped Flyte exception
+(:func:`root_cause_error`).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from flytekitplugins_rootcause.evidence import gather_evidence
+from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from flytekitplugins_rootcause.failures import WorkerFailure
+from flytekitplugins_rootcause.launch_observer import LaunchObserver
+from flytekitplugins_rootcause.report import format_root_cause_message
+from flytekitplugins_rootcause.selection import is_recoverable, rank_failures
+from flytekitplugins_rootcause.worker_recorder import worker_name
+
+
+def diagnose(observer: LaunchObserver, child_failed: Any = None) -> list[WorkerFailure]:
+    """Every failure of the launch's last attempt, root cause first (empty when none failed)."""
+    evidence, teardown_ns = gather_evidence(observer, child_failed)
+    return rank_failures(evidence, teardown_ns=teardown_ns, worker=worker_name(), host=socket.gethostname())
+
+
+def root_cause_error(
+    failures: list[WorkerFailure], *, note: str | None = None
+) -> ElasticRootCauseError | ElasticRootCauseRecoverableError:
+    """The exception to raise for ranked failures (root cause first).
+
+    ``note`` is appended to the report (the watchdog says there that the agent hung); the first
+    line, which readers parse, stays the root cause's.
+    """
+    message = format_root_cause_message(failures)
+    if note:
+        message += "\n\n" + note
+    if is_recoverable(failures):
+        return ElasticRootCauseRecoverableError(message, failures)
+    return ElasticRootCauseError(message, failures)

@@ -1,0 +1,46 @@
+"""End processes the agent can no longer end itself: SIGTERM, a grace period, then SIGKILL.
+
+torch's own teardown (``PContext._close``) needs torch's process handles and the agent's thread.
+The agent watchdog runs when that thread is stuck, so it ends the surviving workers by pid and
+learns that they are gone from the death watcher, which never reaps: the pids cannot be recycled
+under it while it signals them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+#: How often the survivors are checked during the grace period.
+POLL_S = 0.01
+
+
+def _signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _wait_until_gone(pids: list[int], exited: Callable[[int], bool], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    alive = [pid for pid in pids if not exited(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        alive = [pid for pid in alive if not exited(pid)]
+    return alive
+
+
+def terminate_then_kill(pids: Iterable[int], *, grace_s: float, exited: Callable[[int], bool]) -> list[int]:
+    """SIGTERM every live pid, SIGKILL those still alive after ``grace_s``; wait up to ``grace_s`` more.
+
+    Returns the pids still not gone at the end (a process in uninterruptible sleep survives
+    SIGKILL until the kernel lets it go; the caller reports it and moves on).
+    """
+    alive = [pid for pid in pids if not exited(pid)]
+    _signal_all(alive, signal.SIGTERM)
+    alive = _wait_until_gone(alive, exited, grace_s)
+    _signal_all(alive, signal.SIGKILL)
+    return _wait_until_gone(alive, exited, max(grace_s, 1.0))

@@ -1,0 +1,25 @@
+"""A real ``ElasticRootCause`` task: the agent launches two torch elastic workers in the pod."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flytekit import task
+
+from flytekitplugins_rootcause import ElasticRootCause
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, teardown_grace_s=2.0))
+def rank_one_fails(x: int) -> int:
+    """Rank 1 raises; rank 0 lingers until the agent tears it down (a victim)."""
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError(f"bad batch {x} on rank 1")
+    time.sleep(120)
+    return x
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=4))
+def multi_node(x: int) -> int:
+    """Serialized only: a two-pod PyTorchJob."""
+    return x

@@ -1,0 +1,114 @@
+"""Which error files, and the stamps flytekit cannot give: pure decisions, no processes."""
+
+from __future__ import annotations
+
+import pytest
+from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backend_reader.ordering import Role
+from backend_reader.roles import role_from_marker
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.error_documents import (
+    ErrorFilePolicy,
+    decide_policy,
+    error_message,
+    exact_error_timestamp,
+    root_cause_error,
+    timestamp_from_ns,
+)
+from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
+
+
+@pytest.mark.parametrize(
+    ("strategy", "config", "expected"),
+    [
+        ("", None, ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=False)),
+        ("earliest", None, ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=False)),
+        ("", ElasticRootCause(), ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)),
+        ("earliest", ElasticRootCause(), ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)),
+        (
+            "",
+            ElasticRootCause(per_worker_error_files=False),
+            ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=True),
+        ),
+        (
+            "earliest",
+            ElasticRootCause(per_worker_error_files=False, error_pb_if_absent=False),
+            ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=False),
+        ),
+        (
+            "",
+            ElasticRootCause(per_worker_error_files=False, error_pb_if_absent=False),
+            ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=False),
+        ),
+    ],
+)
+def test_policy_follows_the_backend_and_the_task_config(
+    strategy: str, config: ElasticRootCause | None, expected: ErrorFilePolicy
+) -> None:
+    assert decide_policy(strategy, config) == expected
+
+
+def test_only_no_strategy_and_no_config_is_flytekits_own_behaviour() -> None:
+    assert decide_policy("", None).is_flytekit_default
+    assert not decide_policy("earliest", None).is_flytekit_default
+    assert not decide_policy("", ElasticRootCause()).is_flytekit_default
+
+
+@given(st.integers(min_value=0, max_value=2**62))
+def test_timestamps_keep_every_nanosecond(timestamp_ns: int) -> None:
+    stamp = timestamp_from_ns(timestamp_ns)
+    assert stamp.seconds * 1_000_000_000 + stamp.nanos == timestamp_ns
+    assert 0 <= stamp.nanos < 1_000_000_000
+
+
+def test_root_cause_time_is_exact_where_flytekits_float_is_not() -> None:
+    error = ElasticRootCauseError("[root cause] boom", failures(recoverable=False))
+    stamp = exact_error_timestamp(error)
+    assert stamp is not None and (stamp.seconds, stamp.nanos) == divmod(DEFAULT_TIMESTAMP_NS, 1_000_000_000)
+    # the float flytekit carries has lost the last digits: that is why the exact time is needed
+    assert round((error.timestamp % 1) * 1e9) != DEFAULT_TIMESTAMP_NS % 1_000_000_000
+
+
+def test_root_cause_is_found_directly_or_inside_flytekits_user_error() -> None:
+    error = ElasticRootCauseRecoverableError("[root cause] again", failures(recoverable=True))
+    assert root_cause_error(error) is error
+    assert root_cause_error(FlyteUserRuntimeException(error)) is error
+    assert exact_error_timestamp(FlyteUserRuntimeException(error)) == timestamp_from_ns(DEFAULT_TIMESTAMP_NS)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("x"), FlyteRecoverableException("x"), FlyteUserRuntimeException(ValueError("x")), None],
+)
+def test_other_errors_have_no_exact_time_and_keep_their_message(error: Exception | None) -> None:
+    assert root_cause_error(error) is None
+    assert exact_error_timestamp(error) is None
+    assert error_message("Trace:\n...", error) == "Trace:\n..."
+
+
+def test_root_cause_errors_carry_their_report_marker_first() -> None:
+    error = ElasticRootCauseError("[root cause] rank 1 failed\n\nTraceback ...", failures(recoverable=False))
+    message = error_message("Trace:\n\n  agent internals...", error)
+    assert message == error.report
+    assert role_from_marker(message.splitlines()[0]) == Role.CANDIDATE
+    wrapped = FlyteUserRuntimeException(error)
+    assert error_message("Trace: ...", wrapped) == error.report
+
+
+def test_marker_is_added_only_when_the_report_has_none() -> None:
+    unmarked = ElasticRootCauseError("worker 3 ran out of memory", failures(recoverable=False))
+    marked = error_message("Trace:\n\n  ...error=worker 3 ran out of memory", unmarked)
+    assert marked == "[root cause] worker 3 ran out of memory"
+    assert role_from_marker(marked) == Role.CANDIDATE
+
+
+def test_only_victims_seen_gives_the_victim_marker() -> None:
+    victims_only = [failure.with_role(Role.VICTIM) for failure in failures(recoverable=True)]
+    error = ElasticRootCauseRecoverableError("all workers were torn down", victims_only)
+    marked = error_message("Trace: ...", error)
+    assert marked.startswith("[victim] ")
+    assert role_from_marker(marked) == Role.VICTIM

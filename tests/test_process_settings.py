@@ -1,0 +1,89 @@
+"""NCCL/process settings: applied to the workers' environment only where the user has not set them."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.process_settings import (
+    BeforeUserFunction,
+    WorkerProcessSettings,
+    agent_environment,
+    applied_environment,
+    before_user_function,
+    unset_only,
+)
+from tests.watchdog_tasks import tasks
+
+
+def test_defaults_ask_for_every_setting() -> None:
+    assert agent_environment(ElasticRootCause(nproc_per_node=4)) == {
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_each_setting_can_be_left_to_torch() -> None:
+    config = ElasticRootCause(
+        nproc_per_node=1, nccl_heartbeat_timeout_s=None, nccl_async_error_handling=None, unbuffered_output=False
+    )
+    assert agent_environment(config) == {}  # one worker per node: OpenMP may use the cores
+
+
+def test_the_users_values_win() -> None:
+    wanted = {"A": "1", "B": "2"}
+    assert unset_only(wanted, {"A": "user"}) == {"B": "2"}
+    environ = {"A": "user"}
+    with applied_environment(wanted, environ) as applied:
+        assert applied == {"B": "2"} and environ == {"A": "user", "B": "2"}
+    assert environ == {"A": "user"}  # only what was applied is taken back
+
+
+def test_hooks_compose_in_order() -> None:
+    calls: list[str] = []
+    assert before_user_function([None, None]) is None
+    single = WorkerProcessSettings()
+    assert before_user_function([single, None]) is single
+    composed = before_user_function([lambda: calls.append("settings"), None, lambda: calls.append("straggler")])
+    assert isinstance(composed, BeforeUserFunction)
+    composed()
+    assert calls == ["settings", "straggler"]
+
+
+def test_collective_timeout_becomes_the_default_of_new_process_groups() -> None:
+    from torch.distributed import distributed_c10d
+
+    saved = distributed_c10d.default_pg_timeout
+    try:
+        WorkerProcessSettings(collective_timeout_s=42)()
+        assert distributed_c10d._get_default_timeout(distributed_c10d.Backend.GLOO) == timedelta(seconds=42)
+    finally:
+        distributed_c10d.default_pg_timeout = saved
+
+
+@pytest.mark.slow
+def test_workers_get_the_settings_and_the_users_value_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "1234")  # the user's, in the pod spec
+    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
+        monkeypatch.delenv(name, raising=False)
+    report = tasks.reports_settings(marker_dir=str(tmp_path))
+    assert report["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "1234"
+    # torch's agent would put 1 here; the config's value reached the worker
+    assert report["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == str(tasks.ASYNC_ERROR_HANDLING)
+    assert report["OMP_NUM_THREADS"] == "1"
+    assert report["PYTHONUNBUFFERED"] == "1"
+    # a collective the peer never joins fails after the configured timeout, not torch's 30 minutes
+    kind, _, elapsed = report["collective"].partition(" after ")
+    assert kind != "completed", report["collective"]
+    assert tasks.COLLECTIVE_TIMEOUT_S - 0.5 <= float(elapsed.removesuffix(" s")) < 60, report["collective"]
+    # the agent's environment is as the user left it
+    assert "PYTHONUNBUFFERED" not in os.environ and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ
+    assert os.environ["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "1234"

@@ -1,0 +1,72 @@
+"""A hung agent is ended by the watchdog, which still writes the root cause first.
+
+Runs a real agent in a subprocess (``tests/watchdog_tasks/hung_agent.py``) whose monitor loop
+blocks forever: the agent never notices that rank 1 raised and rank 2 aborted (SIGABRT, as the NCCL
+watchdog does), never tears rank 0 down, never returns. Only the agent watchdog can end it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flytekitplugins_rootcause.watchdog import AGENT_HUNG_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKER_NAME = "hung-pod-0"
+TIMEOUT_S = 240
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its reaper has ended: not alive)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_watchdog_ends_a_hung_agent_and_writes_the_root_cause(tmp_path: Path) -> None:
+    out, markers = tmp_path / "root-cause.json", tmp_path / "markers"
+    markers.mkdir()
+    env = {**os.environ, "FLYTE_INTERNAL_WORKER_NAME": WORKER_NAME}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "tests.watchdog_tasks.hung_agent", str(out), str(markers)]
+    # Its own process group holds the agent and its workers, so that nothing survives a failed test.
+    with subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    ) as agent:  # fmt: skip
+        try:
+            try:
+                _, stderr = agent.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the hung agent was not ended within {TIMEOUT_S} s")
+            assert agent.returncode == AGENT_HUNG_EXIT_CODE, stderr[-3000:]
+            document = json.loads(out.read_text())
+            # the report also reached stderr (the pod log), and no worker outlived the agent
+            assert "[root cause] rank 1" in stderr
+            assert not [failure["pid"] for failure in document["failures"] if _alive(failure["pid"])]
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(agent.pid, signal.SIGKILL)
+            agent.communicate()
+
+    assert document["type"] == "ElasticRootCauseError"
+    first_line = document["report"].splitlines()[0]
+    assert first_line.startswith(f"[root cause] rank 1 (local rank 1, group rank 0) on worker {WORKER_NAME} ")
+    assert "ValueError: root cause on rank 1" in first_line
+    assert "the agent watchdog ended the pod" in document["report"]
+    assert document["failures"][0]["rank"] == 1
+    by_rank = {failure["rank"]: failure for failure in document["failures"]}
+    assert (by_rank[2]["role"], by_rank[2]["signal"]) == ("candidate", "SIGABRT")
+    assert (by_rank[0]["role"], by_rank[0]["signal"]) == ("victim", "SIGKILL")  # it ignored SIGTERM

@@ -1,0 +1,1 @@
+"""Worker functions, scripts and Flyte tasks for the teardown, watchdog and process-settings tests."""

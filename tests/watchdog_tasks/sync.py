@@ -1,0 +1,21 @@
+"""File-system rendezvous between test workers: no sleeps decide an order."""
+
+from __future__ import annotations
+
+import os
+import time
+
+READY_FILE = "sigterm-ignored"
+
+
+def wait_for(path: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.005)
+
+
+def touch(path: str) -> None:
+    with open(path, "w"):
+        pass
