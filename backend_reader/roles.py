@@ -45,6 +45,17 @@ VICTIM_MESSAGE_PATTERNS: tuple[str, ...] = (
     "process group was aborted",
 )
 
+#: Fragments that mean "a peer is gone" only inside a gloo transport error (on their own they are
+#: too common: a user's own broken pipe or timeout is a root cause). A gloo collective that timed out
+#: waited for a peer that never came: the peer is the root cause, this worker a victim.
+GLOO_VICTIM_PATTERNS: tuple[str, ...] = (
+    "broken pipe",
+    "read error",
+    "write error",
+    "socket closed",
+    "timed out waiting",
+)
+
 #: Signals the agent uses to end workers; a worker ended by one of these was torn down.
 TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SIGINT)})
 
@@ -70,7 +81,9 @@ def role_from_marker(message: str) -> Role | None:
 def is_victim_message(message: str) -> bool:
     """True when the text looks like a collective/rendezvous failure caused by a peer leaving."""
     lowered = message.lower()
-    return any(pattern in lowered for pattern in VICTIM_MESSAGE_PATTERNS)
+    if any(pattern in lowered for pattern in VICTIM_MESSAGE_PATTERNS):
+        return True
+    return "gloo" in lowered and any(pattern in lowered for pattern in GLOO_VICTIM_PATTERNS)
 
 
 def classify_role(

@@ -19,6 +19,8 @@ from backend_reader.roles import classify_role, role_from_marker, role_marker
         "RuntimeError: NCCL communicator was aborted on rank 3",
         "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE)",
         "RendezvousClosedError: rendezvous is closed",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Write error [127.0.0.1]:1: Broken pipe",
+        "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation",
     ],
 )
 def test_peer_loss_messages_are_victims(message: str) -> None:
@@ -26,7 +28,15 @@ def test_peer_loss_messages_are_victims(message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "message", ["ValueError: bad batch", "torch.OutOfMemoryError: CUDA out of memory", "KeyError: 'label'", ""]
+    "message",
+    [
+        "ValueError: bad batch",
+        "torch.OutOfMemoryError: CUDA out of memory",
+        "KeyError: 'label'",
+        "",
+        "BrokenPipeError: [Errno 32] Broken pipe",
+        "TimeoutError: timed out waiting for the dataset server",
+    ],
 )
 def test_own_errors_are_candidates(message: str) -> None:
     assert classify_role(message=message) == Role.CANDIDATE
