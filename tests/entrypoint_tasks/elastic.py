@@ -23,3 +23,12 @@ def rank_one_fails(x: int) -> int:
 def multi_node(x: int) -> int:
     """Serialized only: a two-pod PyTorchJob."""
     return x
+
+
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, teardown_grace_s=2.0), enable_deck=True)
+def rank_one_fails_with_deck(x: int) -> int:
+    """As ``rank_one_fails``, with Flyte Decks on: the failure timeline is published."""
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError(f"bad batch {x} on rank 1")
+    time.sleep(120)
+    return x
