@@ -61,10 +61,12 @@ def run_trial(task: Any, faulty_rank: int) -> tuple[int | None, float]:
     return None, time.monotonic() - started
 
 
-def accuracy(trials: int) -> None:
+def accuracy(trials: int, names: set[str] | None = None) -> None:
     print(f"\n== Root cause reported correctly ({trials} trials per scenario and config) ==")
     print(f"{'scenario':<26} {'Elastic (kfpytorch)':>22} {'ElasticRootCause':>18} {'median s (E/ERC)':>18}")
     for scenario in sc.SCENARIOS:
+        if names and scenario.name not in names:
+            continue
         results: dict[str, list[tuple[int | None, float]]] = {"elastic": [], "ours": []}
         for _ in range(trials):
             results["elastic"].append(run_trial(sc.ELASTIC_TASKS[scenario.name], scenario.faulty_rank))
@@ -106,13 +108,16 @@ def monitor_cost(work_s: float = 10.0) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--scenarios", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--skip-cost", action="store_true")
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     if not args.skip_accuracy:
-        accuracy(args.trials)
-    success_overhead()
-    monitor_cost()
+        accuracy(args.trials, set(filter(None, args.scenarios.split(","))))
+    if not args.skip_cost:
+        success_overhead()
+        monitor_cost()
 
 
 if __name__ == "__main__":
