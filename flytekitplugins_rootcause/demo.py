@@ -24,13 +24,16 @@ from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess
 from flytekitplugins_rootcause.simulation.training import train_2x2
 
 NNODES, NPROC = 2, 2
+#: Faults whose root cause the plugin attributes. A hang is not among them: with gloo every peer of a
+#: hung worker only reports a collective timeout, which names no culprit (see the README).
+DEMO_FAULTS = [FaultKind.RAISE, FaultKind.SIGKILL, FaultKind.SIGABRT, FaultKind.ORDERING]
 
 
 @click.command()
 @click.option(
     "--fault",
     "kind",
-    type=click.Choice([k.value for k in FaultKind]),
+    type=click.Choice([k.value for k in DEMO_FAULTS]),
     default=FaultKind.SIGKILL.value,
     show_default=True,
     help="What happens to the faulty worker.",
