@@ -24,6 +24,10 @@ _EXPORTS = {
     "ElasticRootCauseRecoverableError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
     "WorkerFailure": "flytekitplugins_rootcause.failures",
+    "StragglerCheck": "flytekitplugins_rootcause.straggler.settings",
+    "StragglerDetectedError": "flytekitplugins_rootcause.straggler.errors",
+    "StragglerPrecheck": "flytekitplugins_rootcause.straggler.task",
+    "StragglerReport": "flytekitplugins_rootcause.straggler.report",
 }
 
 __all__ = [
@@ -31,6 +35,10 @@ __all__ = [
     "ElasticRootCauseError",
     "ElasticRootCauseFunctionTask",
     "ElasticRootCauseRecoverableError",
+    "StragglerCheck",
+    "StragglerDetectedError",
+    "StragglerPrecheck",
+    "StragglerReport",
     "WorkerFailure",
 ]
 
@@ -38,6 +46,10 @@ if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
     from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
     from flytekitplugins_rootcause.failures import WorkerFailure
+    from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
+    from flytekitplugins_rootcause.straggler.report import StragglerReport
+    from flytekitplugins_rootcause.straggler.settings import StragglerCheck
+    from flytekitplugins_rootcause.straggler.task import StragglerPrecheck
     from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
 
 

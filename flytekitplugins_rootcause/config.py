@@ -8,9 +8,12 @@ user did not set them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flytekitplugins.kfpytorch.task import Elastic
+
+if TYPE_CHECKING:
+    from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 
 #: How often the agent polls its workers. kfpytorch's default (5 s) delays teardown of the surviving
 #: workers; exact failure times come from the death watcher, so this only bounds teardown latency.
@@ -67,7 +70,7 @@ class ElasticRootCause(Elastic):
     per_worker_error_files: bool = True
     error_pb_if_absent: bool = True
     teardown_grace_s: float = DEFAULT_TEARDOWN_GRACE_S
-    straggler_check: Any = None
+    straggler_check: StragglerCheck | None = None
     agent_watchdog: bool = True
     agent_watchdog_interval_s: float = DEFAULT_AGENT_WATCHDOG_INTERVAL_S
     agent_hang_timeout_s: float = DEFAULT_AGENT_HANG_TIMEOUT_S
@@ -97,6 +100,10 @@ class ElasticRootCause(Elastic):
             )
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise ValueError(f"collective_timeout_s must be > 0 seconds, got {self.collective_timeout_s!r}")
+        if self.straggler_check is not None:
+            from flytekitplugins_rootcause.straggler.settings import validate_for_task
+
+            validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
 
 
 # Register ElasticRootCauseFunctionTask for this config whichever module the user imported the

@@ -74,7 +74,14 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         Extend (``return [*super()._worker_hooks(), hook]``) to add one, e.g. the straggler
         pre-check; the process settings come first so the hooks after them see them applied.
         """
-        return [WorkerProcessSettings(collective_timeout_s=self.task_config.collective_timeout_s)]
+        hooks: list[Callable[[], None] | None] = [
+            WorkerProcessSettings(collective_timeout_s=self.task_config.collective_timeout_s)
+        ]
+        if self.task_config.straggler_check is not None:
+            from flytekitplugins_rootcause.straggler.worker import StragglerCheckHook
+
+            hooks.append(StragglerCheckHook(self.task_config.straggler_check, nnodes=self.task_config.nnodes))
+        return hooks
 
     def _before_user_function(self) -> Callable[[], None] | None:
         """The worker hooks as the single callable ``RecordingTaskFunction`` runs."""

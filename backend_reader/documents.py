@@ -1,0 +1,156 @@
+"""Parse and validate one error file into a failure record, or say why it was skipped.
+
+An error file should hold a ``flyteidl.core.errors_pb2.ErrorDocument``. Object stores hold what
+anyone wrote, so every way a file can be wrong ends in a :class:`SkippedFile` with a reason, never
+an exception: empty, not protobuf (corrupt or truncated), a different message that happens to
+parse (protobuf accepts many byte strings), an enum value Flyte does not define, an impossible
+timestamp. The checks for "a different message" are heuristics a real writer never trips: no
+unknown fields, a ``ContainerError`` present with a code or a message, and no binary control
+characters in those strings (an ``outputs.pb`` parsed as an ErrorDocument has them).
+
+Pure: bytes in, record out, so it is tested without storage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import re
+
+from flyteidl.core import errors_pb2, execution_pb2
+from google.protobuf import message as protobuf_message
+from google.protobuf import unknown_fields
+
+from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
+from backend_reader.ordering import Role, TimeSource
+from backend_reader.roles import classify_role
+
+_NS_PER_S = 1_000_000_000
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+# C0 controls other than TAB, LF, CR and ESC (ANSI colours are common in tracebacks).
+_BINARY_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
+
+
+class ErrorKind(enum.StrEnum):
+    """Who is to blame, as Flyte's ``ExecutionError.ErrorKind`` (``ContainerError.origin``)."""
+
+    UNKNOWN = "UNKNOWN"
+    USER = "USER"
+    SYSTEM = "SYSTEM"
+
+    @property
+    def proto_value(self) -> int:
+        return int(execution_pb2.ExecutionError.ErrorKind.Value(self.value))
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureRecord:
+    """One worker's failure as read from its error file; satisfies ``ordering.OrderableFailure``.
+
+    Everything a report or a timeline needs is here, so callers never re-read the file.
+    ``message`` is cut to propeller's 100 KiB (head and tail); in a large aggregation the reader
+    may shorten it further for every failure but the root cause (see ``reader.py``).
+    ``timestamp_ns`` is ``None`` for files written without a time (older flytekit), and such a
+    failure sorts after every timed one.
+    """
+
+    error_uri: str
+    worker: str
+    timestamp_ns: int | None
+    role: Role
+    code: str
+    kind: ErrorKind
+    recoverable: bool
+    message: str
+    time_source: TimeSource
+    global_rank: int | None = None
+    fingerprint: str = dataclasses.field(default="", repr=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        """The last tie-breaker of the ordering rule: the file's URI."""
+        return self.error_uri
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedFile:
+    """An error file that could not be used, and why (shown to users as is)."""
+
+    error_uri: str
+    reason: str
+
+
+def parse_error_document(
+    data: bytes, error_uri: str, *, message_limit_bytes: int = MAX_MESSAGE_BYTES
+) -> FailureRecord | SkippedFile:
+    """Turn the bytes of one error file into a :class:`FailureRecord` or a :class:`SkippedFile`."""
+    if not data:
+        return SkippedFile(error_uri, "empty file")
+    document = errors_pb2.ErrorDocument()
+    try:
+        document.ParseFromString(data)
+    except (protobuf_message.DecodeError, ValueError, RuntimeError) as error:
+        return SkippedFile(error_uri, f"not a protobuf ErrorDocument (corrupt or truncated): {error}")
+    problem = _foreign_document_problem(document)
+    if problem is not None:
+        return SkippedFile(error_uri, f"not a Flyte ErrorDocument: {problem}")
+    error = document.error
+    timestamp_ns, time_problem = _timestamp_ns(error)
+    if time_problem is not None:
+        return SkippedFile(error_uri, time_problem)
+    return FailureRecord(
+        error_uri=error_uri,
+        worker=error.worker,
+        timestamp_ns=timestamp_ns,
+        role=classify_role(message=error.message),
+        code=error.code,
+        kind=ErrorKind(execution_pb2.ExecutionError.ErrorKind.Name(error.origin)),
+        recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
+        message=cut_message(error.message, message_limit_bytes),
+        time_source=TimeSource.UNKNOWN if timestamp_ns is None else TimeSource.REPORTED,
+        fingerprint=_fingerprint(error),
+    )
+
+
+def _foreign_document_problem(document: errors_pb2.ErrorDocument) -> str | None:
+    if len(unknown_fields.UnknownFieldSet(document)):
+        return "unknown fields in the document"
+    if not document.HasField("error"):
+        return "no ContainerError in the document"
+    error = document.error
+    if len(unknown_fields.UnknownFieldSet(error)) or len(unknown_fields.UnknownFieldSet(error.timestamp)):
+        return "unknown fields in the ContainerError"
+    if not error.code and not error.message:
+        return "the ContainerError has neither a code nor a message"
+    if error.origin not in execution_pb2.ExecutionError.ErrorKind.values():
+        return f"unknown error origin {error.origin}"
+    if error.kind not in errors_pb2.ContainerError.Kind.values():
+        return f"unknown error kind {error.kind}"
+    for name, text in (("code", error.code), ("message", error.message), ("worker", error.worker)):
+        if _BINARY_CHARS.search(text):
+            return f"binary data in the {name}"
+    return None
+
+
+def _timestamp_ns(error: errors_pb2.ContainerError) -> tuple[int | None, str | None]:
+    """The error's time in ns, ``None`` when absent; or a reason it is invalid.
+
+    An explicit 1970-01-01T00:00:00Z counts as absent: no real failure happened then, and it is
+    what a writer that zero-fills the field produces.
+    """
+    if not error.HasField("timestamp"):
+        return None, None
+    seconds, nanos = error.timestamp.seconds, error.timestamp.nanos
+    if not (_MIN_SECONDS <= seconds <= _MAX_SECONDS) or not (0 <= nanos < _NS_PER_S):
+        return None, f"invalid timestamp (seconds={seconds}, nanos={nanos})"
+    if seconds == 0 and nanos == 0:
+        return None, None
+    return seconds * _NS_PER_S + nanos, None
+
+
+def _fingerprint(error: errors_pb2.ContainerError) -> str:
+    """Digest of the document's content, to recognise the ``error.pb`` copy of a worker's file."""
+    return hashlib.sha256(error.SerializeToString(deterministic=True)).hexdigest()

@@ -1,0 +1,122 @@
+"""Turn a :class:`ReadResult` into the reader's output formats: JSON (stable, for scripts), a rich
+table (for people) and the serialized ``ExecutionError`` (for a Go caller).
+
+The JSON shape is part of the interface (``../shared/DESIGN.md``, "Reader output"): change it
+only together with that page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from backend_reader.documents import ErrorKind, FailureRecord
+from backend_reader.layout import base_name
+from backend_reader.results import ReadResult
+from backend_reader.timefmt import rfc3339_ns, rfc3339_ns_or_none
+
+ROOT_CAUSE_ROLE = "root-cause"
+_FIRST_LINE_CHARS = 120
+
+
+def failure_role(result: ReadResult, index: int) -> str:
+    """``root-cause`` for the failure reported as the task's error, else its own role."""
+    return ROOT_CAUSE_ROLE if index == 0 else str(result.failures[index].role)
+
+
+def to_json_dict(result: ReadResult) -> dict[str, Any]:
+    """The documented JSON shape: is_error, error (or null), failures, skipped."""
+    error: dict[str, Any] | None = None
+    if result.is_error:
+        outcome = result.execution_error()
+        proto = outcome.execution_error
+        error = {
+            "code": proto.code,
+            "message": proto.message,
+            "kind": ErrorKind(type(proto).ErrorKind.Name(proto.kind)).value,
+            "worker": proto.worker,
+            "timestamp": _proto_time(proto),
+            "error_uri": proto.error_uri,
+            "is_recoverable": outcome.is_recoverable,
+        }
+    return {
+        "is_error": result.is_error,
+        "error": error,
+        "failures": [
+            {
+                "worker": failure.worker,
+                "timestamp": rfc3339_ns_or_none(failure.timestamp_ns),
+                "code": failure.code,
+                "kind": failure.kind.value,
+                "is_recoverable": failure.recoverable,
+                "role": failure_role(result, index),
+                "error_uri": failure.error_uri,
+            }
+            for index, failure in enumerate(result.failures)
+        ],
+        "skipped": [{"error_uri": skip.error_uri, "reason": skip.reason} for skip in result.skipped],
+    }
+
+
+def to_proto_bytes(result: ReadResult) -> bytes:
+    """Serialized ``flyteidl.core.ExecutionError`` of the task's error; no bytes when none."""
+    if not result.is_error:
+        return b""
+    return result.execution_error().execution_error.SerializeToString(deterministic=True)
+
+
+def print_table(result: ReadResult, console: Console) -> None:
+    """All failures, root cause marked, then the skipped files and a one-line verdict."""
+    if not result.is_error:
+        console.print(Text(f"No error files under {result.output_prefix}: the task did not fail."))
+        return
+    if result.failures:
+        table = Table(title=Text(f"Failures under {result.output_prefix} (root cause first)"))
+        for column in ("#", "role", "worker", "time (UTC)", "code", "kind", "recoverable", "message", "file"):
+            table.add_column(column, overflow="fold")
+        for index, failure in enumerate(result.failures):
+            table.add_row(*_row(result, index, failure), style="bold red" if index == 0 else None)
+        console.print(table)
+    if result.skipped:
+        skipped = Table(title="Skipped error files")
+        skipped.add_column("file", overflow="fold")
+        skipped.add_column("reason", overflow="fold")
+        for skip in result.skipped:
+            skipped.add_row(Text(skip.error_uri), Text(skip.reason))
+        console.print(skipped)
+    outcome = result.execution_error()
+    proto = outcome.execution_error
+    verdict = Text("Task error: ", style="bold")
+    verdict.append(f"{proto.code} from {proto.worker or 'unknown worker'} ({proto.error_uri or 'no file'})")
+    console.print(verdict)
+
+
+def _row(result: ReadResult, index: int, failure: FailureRecord) -> list[Text]:
+    """Cells as ``Text``: messages start with ``[root cause]``, which rich would read as markup."""
+    role = failure_role(result, index)
+    cells = [
+        str(index + 1),
+        "★ root cause" if role == ROOT_CAUSE_ROLE else role,
+        failure.worker or "-",
+        rfc3339_ns_or_none(failure.timestamp_ns) or "unknown",
+        failure.code,
+        failure.kind.value,
+        "yes" if failure.recoverable else "no",
+        _first_line(failure.message),
+        base_name(failure.error_uri),
+    ]
+    return [Text(cell) for cell in cells]
+
+
+def _first_line(message: str) -> str:
+    line = message.strip().split("\n", 1)[0]
+    return line if len(line) <= _FIRST_LINE_CHARS else line[: _FIRST_LINE_CHARS - 1] + "…"
+
+
+def _proto_time(proto: Any) -> str | None:
+    if not proto.HasField("timestamp"):
+        return None
+    return rfc3339_ns(proto.timestamp.seconds * 1_000_000_000 + proto.timestamp.nanos)

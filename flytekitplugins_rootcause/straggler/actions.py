@@ -1,0 +1,93 @@
+"""What a worker does with the verdicts: the plan is pure, carrying it out is ``worker.py``'s job.
+
+``exclude`` (``nnodes`` a range such as ``"3:4"``, ``max_restarts >= 1``), in one restart:
+
+* workers of a flagged node ask their own agent to stop (SIGTERM to the parent agent). torch's
+  ``elastic_launch`` deliberately does *not* close the rendezvous when its agent dies of a signal,
+  so the job stays open to the others; the agent simply never joins the next round;
+* workers of healthy nodes exit with ``EXCLUDE_RESTART_EXIT_CODE``; their agents count it as a
+  failure and restart the worker group, which re-rendezvouses: the new round forms from the
+  healthy nodes only (at least ``min_nodes`` of them), and training starts without the stragglers.
+
+Exclusion happens on the first attempt only (``TORCHELASTIC_RESTART_COUNT == 0``): later attempts
+run the check again but only warn, so a job never shrinks step by step below what the user sized.
+If excluding would leave fewer than ``min_nodes`` nodes, or a flagged pod hosts the rendezvous
+store (``rendezvous_host.py``; its leaving would end the rendezvous for everyone), the check fails
+instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from flytekitplugins_rootcause.straggler.report import StragglerReport
+from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
+
+#: Exit code of a healthy worker that restarts so the job re-forms without the stragglers
+#: (BSD ``EX_TEMPFAIL``: "try again"). Not a failure of the user's code: do not report it as one.
+EXCLUDE_RESTART_EXIT_CODE = 75
+
+
+class Step(StrEnum):
+    CONTINUE = "continue"  # go on to the user's function
+    FAIL = "fail"  # raise StragglerDetectedError
+    LEAVE = "leave"  # this node is excluded: stop this pod's agent
+    RESTART = "restart"  # this node stays: exit so the agent re-rendezvouses without the stragglers
+
+
+@dataclass(frozen=True)
+class Plan:
+    step: Step
+    reason: str = ""
+
+
+def plan_action(
+    report: StragglerReport,
+    check: StragglerCheck,
+    *,
+    node_rank: int,
+    nnodes: int | str | None,
+    restart_count: int,
+    max_restarts: int,
+) -> Plan:
+    """Decide this worker's step; every worker gets the same answer for the same node."""
+    if report.skipped or not report.flagged or check.action is Action.WARN:
+        return Plan(Step.CONTINUE)
+    if check.action is Action.FAIL:
+        return Plan(Step.FAIL)
+    if nnodes is None:
+        raise StragglerConfigError(
+            "StragglerCheck(action='exclude') needs the task's nnodes range; it was neither passed nor set "
+            "in PET_NNODES."
+        )
+    min_nodes, max_nodes = parse_nnodes(nnodes)
+    if min_nodes == max_nodes:
+        raise StragglerConfigError(
+            f"StragglerCheck(action='exclude') needs nnodes as a range 'min:max'; nnodes={nnodes!r} is fixed."
+        )
+    if restart_count > 0:
+        return Plan(Step.CONTINUE, f"attempt {restart_count + 1}: nodes are excluded on the first attempt only")
+    if max_restarts < 1:
+        raise StragglerConfigError(
+            "StragglerCheck(action='exclude') re-forms the job through one restart; set max_restarts >= 1."
+        )
+    hosts = [n for n in report.flagged if n.hosts_rendezvous is not False]
+    if hosts:
+        unknown = any(n.hosts_rendezvous is None for n in hosts)
+        return Plan(
+            Step.FAIL,
+            "cannot tell which pod hosts the rendezvous store (PET_RDZV_ENDPOINT is not set), so none is excluded"
+            if unknown
+            else f"{hosts[0].describe()} hosts the job's rendezvous store (PET_RDZV_ENDPOINT); if it left, no pod "
+            "could re-rendezvous",
+        )
+    remaining = len(report.nodes) - len(report.flagged)
+    if remaining < min_nodes:
+        return Plan(
+            Step.FAIL,
+            f"excluding {len(report.flagged)} node(s) would leave {remaining}, fewer than the minimum {min_nodes}",
+        )
+    if any(n.node_rank == node_rank for n in report.flagged):
+        return Plan(Step.LEAVE, "this node was flagged; its agent stops so the others train without it")
+    return Plan(Step.RESTART, f"re-forming the job with the {remaining} healthy node(s)")

@@ -1,0 +1,33 @@
+"""Errors the straggler check raises where users see them."""
+
+from __future__ import annotations
+
+from flytekit.exceptions.user import FlyteUserRuntimeException
+
+from flytekitplugins_rootcause.straggler.report import StragglerReport
+from flytekitplugins_rootcause.straggler.settings import StragglerConfigError
+
+__all__ = ["StragglerCheckError", "StragglerConfigError", "StragglerDetectedError"]
+
+
+class StragglerDetectedError(FlyteUserRuntimeException):
+    """``action='fail'`` and the check flagged nodes: stop before training (not recoverable).
+
+    Not recoverable on purpose: a Flyte retry would most likely land on the same slow hardware.
+    The message names every flagged node (pod, node rank, verdict) and says what to do.
+    """
+
+    def __init__(self, report: StragglerReport, reason: str = "") -> None:
+        self.report = report
+        lines = [
+            "Straggler check failed before training started: "
+            + ", ".join(f"{n.describe()} is {n.verdict}" for n in report.flagged)
+            + (f" ({reason})." if reason else "."),
+            report.table(),
+            "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
+        ]
+        super().__init__(RuntimeError("\n".join(lines)))
+
+
+class StragglerCheckError(RuntimeError):
+    """The check itself could not run (e.g. a collective timed out); says where and what to do."""

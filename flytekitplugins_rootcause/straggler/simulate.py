@@ -1,0 +1,212 @@
+"""Simulate a multi-node job on one machine: one torch elastic agent process per simulated node.
+
+Used by the integration tests and ``benchmarks/straggler.py`` (and handy to try the check locally).
+Each agent is a real subprocess calling ``elastic_launch`` with c10d rendezvous on 127.0.0.1, its
+worker(s) real spawned processes with gloo. A node is "slow" through the test-only compute
+slowdown (``measure.set_test_only_compute_slowdown``) or through real CPU contention set up by the
+caller (``cgroups`` moves a node's workers into a cgroup, e.g. one with a CPU quota).
+
+Each worker runs ``schedule`` checks in a row (entry ``i`` maps pod index -> slowdown factor for the
+i-th check), writes every report as JSON, then runs a stand-in "user function" that records that it
+ran (and in which world size), so tests can tell whether training would have started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
+from flytekitplugins_rootcause.straggler.settings import StragglerCheck
+
+
+@dataclass(frozen=True)
+class SimulatedCluster:
+    """What to launch: ``nodes`` agents, each ``nproc_per_node`` workers, running ``check``."""
+
+    nodes: int
+    check: StragglerCheck
+    schedule: tuple[Mapping[int, float], ...] = ({},)
+    nnodes: str | None = None  # default: fixed at ``nodes``
+    max_restarts: int = 0
+    nproc_per_node: int = 1
+    cgroups: Mapping[int, str] = field(default_factory=dict)  # pod index -> cgroup dir its workers join
+    last_call_timeout_s: int = 1
+
+
+@dataclass
+class AgentOutcome:
+    """One simulated node after its agent exited."""
+
+    index: int
+    pod: str
+    returncode: int
+    reports: list[StragglerReport]
+    trained_world_sizes: list[int]
+    log: str
+
+
+#: Exit code of a simulated agent stopped by a signal (an excluded straggler leaving the job).
+LEFT_EXIT_CODE = 3
+
+
+def pod_name_of(index: int) -> str:
+    return f"sim-node-{index}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cluster(cluster: SimulatedCluster, workdir: Path, timeout_s: float = 240.0) -> list[AgentOutcome]:
+    """Launch every agent, wait for all of them (killing them at ``timeout_s``), collect the outcomes."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_path = workdir / "cluster.pkl"
+    spec_path.write_bytes(pickle.dumps(cluster))
+    port, run_id = free_port(), f"sim-{os.getpid()}-{time.monotonic_ns()}"
+    procs = []
+    for index in range(cluster.nodes):
+        env = {
+            **os.environ,
+            "FLYTE_INTERNAL_WORKER_NAME": pod_name_of(index),
+            "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",  # as the PyTorchJob operator sets it on every pod
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        log = open(workdir / f"agent-{index}.log", "wb")  # noqa: SIM115 - closed below
+        cmd = [sys.executable, "-m", __name__, str(spec_path), str(index), str(port), run_id, str(workdir)]
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.monotonic() + timeout_s
+    outcomes = []
+    for index, (proc, log) in enumerate(procs):
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        outcomes.append(_outcome(index, proc.returncode, workdir))
+    return outcomes
+
+
+def _outcome(index: int, returncode: int, workdir: Path) -> AgentOutcome:
+    pod = pod_name_of(index)
+    reports = [report_from_dict(json.loads(p.read_text())) for p in sorted(workdir.glob(f"report-{pod}-rank*-*.json"))]
+    trained = [int(p.read_text()) for p in sorted(workdir.glob(f"trained-{pod}-*"))]
+    log = (workdir / f"agent-{index}.log").read_text(errors="replace")
+    return AgentOutcome(index, pod, returncode, reports, trained, log)
+
+
+def report_from_dict(data: dict) -> StragglerReport:
+    nodes = [NodeResult(**n) for n in data.pop("nodes")]
+    return StragglerReport(nodes=nodes, **data)
+
+
+def _worker(cluster: SimulatedCluster, index: int, workdir: str) -> int:
+    """Runs in each spawned worker: the checks of the schedule, then the stand-in user function."""
+    from flytekitplugins_rootcause.straggler.measure import set_test_only_compute_slowdown
+    from flytekitplugins_rootcause.straggler.worker import run_straggler_check_in_worker
+
+    if index in cluster.cgroups:  # e.g. a CPU quota: a real slowdown, set up by the caller
+        Path(cluster.cgroups[index], "cgroup.procs").write_text(str(os.getpid()))
+    pod, rank = pod_name_of(index), os.environ["RANK"]
+    _say(f"worker rank {rank} of {pod} started")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    try:
+        for i, slowdowns in enumerate(cluster.schedule):
+            set_test_only_compute_slowdown(slowdowns.get(index, 1.0))
+            report = run_straggler_check_in_worker(cluster.check, nnodes=cluster.nnodes or cluster.nodes)
+            out = Path(workdir) / f"report-{pod}-rank{rank}-a{attempt}-{i:04d}.json"
+            out.write_text(json.dumps(dataclasses.asdict(report)))
+    finally:
+        if index in cluster.cgroups:  # leave the quota again, or this process's exit crawls along too
+            Path(cluster.cgroups[index]).parent.joinpath("cgroup.procs").write_text(str(os.getpid()))
+    _say(f"worker rank {rank} of {pod}: checks done, user function starts")
+    _user_function(Path(workdir) / f"trained-{pod}-rank{rank}-a{attempt}")
+    _say(f"worker rank {rank} of {pod}: user function done")
+    return int(os.environ["WORLD_SIZE"])
+
+
+def _user_function(marker: Path) -> None:
+    """Stand-in for the user's training function: its own init_process_group (which must work after
+    the check), one all-reduce over the whole job, then a marker saying it ran, in which world size."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        if int(total.item()) != dist.get_world_size():
+            raise RuntimeError(f"all-reduce gave {total.item()}, expected {dist.get_world_size()}")
+    finally:
+        dist.destroy_process_group()
+    marker.write_text(os.environ["WORLD_SIZE"])
+
+
+def _say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} [simulate] {message}", flush=True)
+
+
+def _agent_main(spec_path: str, index: int, port: int, run_id: str, workdir: str) -> int:
+    _say(f"agent {index} started")
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    cluster: SimulatedCluster = pickle.loads(Path(spec_path).read_bytes())
+    nnodes = cluster.nnodes or str(cluster.nodes)
+    low, _, high = nnodes.partition(":")
+    config = LaunchConfig(
+        min_nodes=int(low),
+        max_nodes=int(high or low),
+        nproc_per_node=cluster.nproc_per_node,
+        run_id=run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{port}",
+        rdzv_configs={
+            "join_timeout": 120,
+            "last_call_timeout": cluster.last_call_timeout_s,
+            "read_timeout": 120,
+            # agent 0 hosts the rendezvous store (as worker 0 does in a PyTorchJob), not whichever
+            # agent binds the port first
+            "is_host": index == 0,
+        },
+        max_restarts=cluster.max_restarts,
+        monitor_interval=0.2,
+        start_method="spawn",
+    )
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    try:
+        elastic_launch(config, _worker)(cluster, index, workdir)
+    except SignalException as exc:  # what kfpytorch turns into IgnoreOutputs: this pod left the job
+        _say(f"agent {index} stopped by {exc.sigval.name}: left the job")
+        return LEFT_EXIT_CODE
+    _say(f"agent {index} done")
+    return 0
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="one simulated node's torch elastic agent")
+    parser.add_argument("spec")
+    parser.add_argument("index", type=int)
+    parser.add_argument("port", type=int)
+    parser.add_argument("run_id")
+    parser.add_argument("workdir")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = _parse(sys.argv[1:])
+    sys.exit(_agent_main(args.spec, args.index, args.port, args.run_id, args.workdir))

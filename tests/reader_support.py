@@ -1,0 +1,165 @@
+"""Helpers shared by the reader tests: real ErrorDocuments built with flyteidl, written with fsspec.
+
+No tests here; the module name follows the reader tests' naming so it stays in the reader's share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import fsspec
+from flyteidl.core import errors_pb2, execution_pb2
+from google.protobuf import timestamp_pb2
+
+NS = 1_000_000_000
+BASE_NS = 1_790_000_000 * NS  # a fixed moment in 2026, so tests never depend on the clock
+
+
+def error_document(
+    message: str = "[root cause] RuntimeError: boom",
+    *,
+    code: str = "USER:RuntimeError",
+    worker: str | None = "worker-0",
+    timestamp_ns: int | None = BASE_NS,
+    recoverable: bool = False,
+    origin: int = execution_pb2.ExecutionError.USER,
+) -> bytes:
+    """Serialized ErrorDocument; ``worker=None``/``timestamp_ns=None`` leave the field unset, as an
+    older flytekit entrypoint does."""
+    error = errors_pb2.ContainerError(
+        code=code,
+        message=message,
+        kind=errors_pb2.ContainerError.RECOVERABLE if recoverable else errors_pb2.ContainerError.NON_RECOVERABLE,
+        origin=origin,
+    )
+    if worker is not None:
+        error.worker = worker
+    if timestamp_ns is not None:
+        seconds, nanos = divmod(timestamp_ns, NS)
+        error.timestamp.CopyFrom(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
+    return errors_pb2.ErrorDocument(error=error).SerializeToString()
+
+
+def worker_file_name(worker: str) -> str:
+    """``error-<worker>-<uuid hex>.pb``, the plugin's per-worker name."""
+    return f"error-{worker}-{uuid.uuid4().hex}.pb"
+
+
+def write_files(
+    protocol: str, storage_options: dict[str, Any], files: Iterable[tuple[str, bytes]], concurrency: int = 8
+) -> None:
+    """Write many (url, bytes) concurrently: async fsspec for object stores, plain writes locally."""
+    files = list(files)
+    fs_class = fsspec.get_filesystem_class(protocol)
+    if not fs_class.async_impl:
+        fs = fs_class(**storage_options)
+        for url, data in files:
+            fs.makedirs(url.rsplit("/", 1)[0], exist_ok=True)
+            fs.pipe_file(url, data)
+        return
+
+    async def run() -> None:
+        fs = fs_class(asynchronous=True, skip_instance_cache=True, **storage_options)
+        opener = getattr(fs, "set_session", None) or fs._set_session
+        session = await opener()
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def put(url: str, data: bytes) -> None:
+            async with semaphore:
+                await fs._pipe_file(url, data)
+
+        try:
+            await asyncio.gather(*(put(url, data) for url, data in files))
+        finally:
+            await session.close()
+
+    asyncio.run(run())
+
+
+class LoopbackProxy:
+    """A TCP proxy on 127.0.0.1 in front of a loopback server, run in its own thread and loop.
+
+    ``delay_s`` is added before every chunk the client sends (one HTTP request is one chunk, so
+    every request pays it, like a store tens of ms away); ``reset_first`` connections are reset
+    right after they are accepted, like a flaky network. Used by the reader tests and benchmark.
+    """
+
+    def __init__(self, upstream_port: int, *, delay_s: float = 0.0, reset_first: int = 0) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self.reset_first = reset_first
+        self.connections = 0
+        self.resets = 0
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LoopbackProxy:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("proxy did not start")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+
+    async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        if self.resets < self.reset_first:
+            self.resets += 1
+            sock = client_writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client_writer.transport.abort()
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            client_writer.transport.abort()
+            return
+        await asyncio.gather(
+            self._pump(client_reader, upstream_writer, self.delay_s),
+            self._pump(upstream_reader, client_writer, 0.0),
+        )
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
+        try:
+            while data := await reader.read(65536):
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+
+def store_port(storage_options: dict[str, Any]) -> int:
+    """The loopback port of a store's endpoint (fake-gcs-server or moto)."""
+    return int(storage_options["endpoint_url"].rsplit(":", 1)[1])

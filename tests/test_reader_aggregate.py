@@ -1,0 +1,143 @@
+"""Pure tests: ordering error files into a result, the error.pb copy, bounded messages, the
+made-up errors, the JSON shape, and the retry loop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from flyteidl.core import execution_pb2
+
+from backend_reader.aggregate import Collector
+from backend_reader.documents import FailureRecord, SkippedFile, parse_error_document
+from backend_reader.messages import TRUNCATION_INDICATOR
+from backend_reader.render import to_json_dict, to_proto_bytes
+from backend_reader.results import ERROR_FILE_BAD_FORMAT, ERROR_FILE_NOT_FOUND, ReadResult
+from backend_reader.storage import RetryPolicy, Storage, StorageError
+from tests.reader_support import BASE_NS, error_document
+
+PREFIX = "gs://bucket/out"
+
+
+def record(name: str, data: bytes) -> FailureRecord:
+    outcome = parse_error_document(data, f"{PREFIX}/{name}")
+    assert isinstance(outcome, FailureRecord)
+    return outcome
+
+
+def collect(outcomes: list[FailureRecord | SkippedFile], summary_bytes: int = 4096) -> ReadResult:
+    collector = Collector(PREFIX, error_files=len(outcomes), summary_bytes=summary_bytes)
+    for outcome in outcomes:
+        collector.add(outcome)
+    return collector.result()
+
+
+def sample() -> list[FailureRecord]:
+    return [
+        record("error-old.pb", error_document("RuntimeError: old writer", worker=None, timestamp_ns=None)),
+        record("error-b-2.pb", error_document("[victim] SIGTERM", worker="b", timestamp_ns=BASE_NS - 10)),
+        record("error-c-3.pb", error_document("[root cause] ValueError", worker="c", timestamp_ns=BASE_NS + 5)),
+        record("error-a-1.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
+        record("error-d-4.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
+    ]
+
+
+def test_order_is_root_cause_first_and_independent_of_arrival() -> None:
+    expected = ["error-a-1.pb", "error-d-4.pb", "error-c-3.pb", "error-old.pb", "error-b-2.pb"]
+    for permutation in itertools.permutations(sample()):
+        result = collect(list(permutation))
+        assert [f.error_uri.rsplit("/", 1)[1] for f in result.failures] == expected
+
+
+def test_untimed_old_file_never_wins_over_a_timed_one() -> None:
+    old = record("error-0.pb", error_document("RuntimeError", worker=None, timestamp_ns=None))
+    new = record("error-z.pb", error_document("RuntimeError", worker="z", timestamp_ns=BASE_NS + 10**12))
+    assert collect([old, new]).root_cause == new
+
+
+def test_error_pb_copy_is_not_counted_twice_but_kept_when_unique() -> None:
+    data = error_document("[root cause] OOM", worker="a")
+    per_worker, copy = record("error-a-1.pb", data), record("error.pb", data)
+    assert [f.error_uri for f in collect([copy, per_worker]).failures] == [per_worker.error_uri]
+    lone = record("error.pb", error_document("ValueError from an old backend", worker=None))
+    assert collect([lone, *sample()[1:2]]).failures[0] == lone
+
+
+def test_only_the_root_cause_keeps_its_full_message() -> None:
+    long_tail = "\n".join(f"frame {i}" for i in range(2000))
+    late = record("error-late.pb", error_document("[root cause] late\n" + long_tail, timestamp_ns=BASE_NS + 9))
+    early = record("error-early.pb", error_document("[root cause] early\n" + long_tail, timestamp_ns=BASE_NS))
+    for order in ([late, early], [early, late]):
+        result = collect(order, summary_bytes=512)
+        root, other = result.failures
+        assert root.error_uri.endswith("error-early.pb") and TRUNCATION_INDICATOR not in root.message
+        assert TRUNCATION_INDICATOR in other.message and len(other.message.encode()) < 600
+
+
+def test_execution_error_of_the_root_cause() -> None:
+    result = collect([*sample(), SkippedFile(f"{PREFIX}/error-x.pb", "empty file")])
+    outcome = result.execution_error()
+    error = outcome.execution_error
+    assert error.code == "USER:RuntimeError" and error.message == "[root cause] OOM"
+    assert error.worker == "a" and error.error_uri == f"{PREFIX}/error-a-1.pb"
+    assert error.kind == execution_pb2.ExecutionError.USER
+    assert error.timestamp.seconds * 10**9 + error.timestamp.nanos == BASE_NS
+    assert outcome.is_recoverable is False
+    parsed = execution_pb2.ExecutionError()
+    parsed.ParseFromString(to_proto_bytes(result))
+    assert parsed == error
+
+
+def test_made_up_errors_when_nothing_is_usable() -> None:
+    none = collect([])
+    assert not none.is_error and none.execution_error().execution_error.code == ERROR_FILE_NOT_FOUND
+    assert to_proto_bytes(none) == b""
+    bad = collect([SkippedFile(f"{PREFIX}/error-{i}.pb", "empty file") for i in range(7)])
+    outcome = bad.execution_error()
+    assert bad.is_error and outcome.is_recoverable
+    assert outcome.execution_error.code == ERROR_FILE_BAD_FORMAT
+    assert outcome.execution_error.kind == execution_pb2.ExecutionError.SYSTEM
+    assert "and 2 more" in outcome.execution_error.message
+
+
+def test_json_shape() -> None:
+    result = collect([*sample(), SkippedFile(f"{PREFIX}/error-x.pb", "empty file")])
+    shape = to_json_dict(result)
+    assert set(shape) == {"is_error", "error", "failures", "skipped"}
+    assert shape["is_error"] is True
+    assert set(shape["error"]) == {"code", "message", "kind", "worker", "timestamp", "error_uri", "is_recoverable"}
+    assert shape["error"]["timestamp"] == "2026-09-21T14:13:20.000000000Z"
+    assert shape["error"]["kind"] == "USER"
+    keys = {"worker", "timestamp", "code", "kind", "is_recoverable", "role", "error_uri"}
+    assert all(set(failure) == keys for failure in shape["failures"])
+    assert [f["role"] for f in shape["failures"]] == ["root-cause", "candidate", "candidate", "candidate", "victim"]
+    assert shape["failures"][3]["timestamp"] is None
+    assert shape["skipped"] == [{"error_uri": f"{PREFIX}/error-x.pb", "reason": "empty file"}]
+    assert to_json_dict(collect([])) == {"is_error": False, "error": None, "failures": [], "skipped": []}
+
+
+def test_retry_loop_retries_transient_errors_then_gives_up_clearly() -> None:
+    storage = Storage("file", retry=RetryPolicy(attempts=3, base_delay_s=0.001))
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("connection reset by peer")
+        return "ok"
+
+    assert asyncio.run(storage._call("reading", "file:///x", flaky)) == "ok"
+    assert len(calls) == 3
+
+    async def down() -> str:
+        raise ConnectionRefusedError("connection refused")
+
+    with pytest.raises(StorageError, match=r"reading file:///x failed after 3 attempts: connection refused"):
+        asyncio.run(storage._call("reading", "file:///x", down))
+
+    async def forbidden() -> str:
+        raise PermissionError("Forbidden")
+
+    with pytest.raises(StorageError, match="permission denied reading file:///x"):
+        asyncio.run(storage._call("reading", "file:///x", forbidden))

@@ -1,0 +1,179 @@
+"""Pure tests: error-file parsing and validation, message cutting, time format, naming rules."""
+
+from __future__ import annotations
+
+import pytest
+from flyteidl.core import errors_pb2, execution_pb2, literals_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile, parse_error_document
+from backend_reader.layout import count_error_files, error_listings
+from backend_reader.messages import TRUNCATION_INDICATOR, cut_message
+from backend_reader.ordering import Role, TimeSource
+from backend_reader.storage import is_transient
+from backend_reader.strategy import ErrorAggregationStrategy
+from backend_reader.timefmt import rfc3339_ns
+from tests.reader_support import BASE_NS, error_document
+
+URI = "gs://bucket/out/error-w-1.pb"
+
+
+def parse(data: bytes) -> FailureRecord | SkippedFile:
+    return parse_error_document(data, URI)
+
+
+def test_new_document_gives_every_field() -> None:
+    record = parse(
+        error_document(
+            "[root cause] ValueError: bad batch",
+            code="USER:ValueError",
+            worker="pod-3",
+            timestamp_ns=BASE_NS + 123_456_789,
+            recoverable=True,
+            origin=execution_pb2.ExecutionError.SYSTEM,
+        )
+    )
+    assert isinstance(record, FailureRecord)
+    assert record.worker == "pod-3"
+    assert record.timestamp_ns == BASE_NS + 123_456_789
+    assert record.time_source == TimeSource.REPORTED
+    assert record.role == Role.CANDIDATE
+    assert record.code == "USER:ValueError"
+    assert record.kind == ErrorKind.SYSTEM
+    assert record.recoverable is True
+    assert record.source == URI
+
+
+def test_old_document_has_no_time_and_no_worker() -> None:
+    record = parse(error_document("RuntimeError: boom", worker=None, timestamp_ns=None))
+    assert isinstance(record, FailureRecord)
+    assert (record.worker, record.timestamp_ns, record.time_source) == ("", None, TimeSource.UNKNOWN)
+
+
+def test_epoch_zero_timestamp_counts_as_absent() -> None:
+    record = parse(error_document(timestamp_ns=0))
+    assert isinstance(record, FailureRecord) and record.timestamp_ns is None
+
+
+@pytest.mark.parametrize(
+    ("message", "role"),
+    [
+        ("[victim] SIGTERM from the agent", Role.VICTIM),
+        ("[root cause] CUDA error", Role.CANDIDATE),
+        ("RuntimeError: Connection reset by peer", Role.VICTIM),
+        ("ZeroDivisionError: division by zero", Role.CANDIDATE),
+    ],
+)
+def test_role_comes_from_the_message(message: str, role: Role) -> None:
+    record = parse(error_document(message))
+    assert isinstance(record, FailureRecord) and record.role == role
+
+
+def _literal_map_bytes() -> bytes:
+    literal = literals_pb2.Literal(scalar=literals_pb2.Scalar(primitive=literals_pb2.Primitive(integer=3)))
+    return literals_pb2.LiteralMap(literals={"o0": literal}).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "empty file"),
+        (b"\xff\xfe\x00garbage", "corrupt or truncated"),
+        (error_document("a long enough message to cut")[:-7], "corrupt or truncated"),
+        (_literal_map_bytes(), "binary data in the message"),
+        (errors_pb2.ErrorDocument().SerializeToString() + b"\x12\x00", "unknown fields in the document"),
+        (b"\x0a\x00", "neither a code nor a message"),
+        (b"\x0a\x05\x0a\x01c\x20\x07", "unknown error origin 7"),
+        (b"\x0a\x05\x0a\x01c\x18\x05", "unknown error kind 5"),
+        (b"\x0a\x05\x0a\x01c\x28\x07", "unknown fields in the ContainerError"),
+    ],
+)
+def test_bad_files_are_skipped_with_a_reason(data: bytes, reason: str) -> None:
+    outcome = parse(data)
+    assert isinstance(outcome, SkippedFile)
+    assert outcome.error_uri == URI
+    assert reason in outcome.reason
+
+
+def test_impossible_timestamp_is_skipped() -> None:
+    document = errors_pb2.ErrorDocument()
+    document.ParseFromString(error_document())
+    document.error.timestamp.nanos = 2_000_000_000
+    outcome = parse(document.SerializeToString())
+    assert isinstance(outcome, SkippedFile) and "invalid timestamp" in outcome.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    outcome = parse(data)
+    assert isinstance(outcome, FailureRecord | SkippedFile)
+    if isinstance(outcome, SkippedFile):
+        assert outcome.reason
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200), st.text(max_size=40), st.integers(min_value=-(10**18), max_value=10**18))
+def test_arbitrary_valid_documents_parse(message: str, worker: str, offset_ns: int) -> None:
+    data = error_document(message or "x", worker=worker, timestamp_ns=BASE_NS + offset_ns)
+    outcome = parse(data)
+    # Controls other than tab/newline/CR/ESC are refused as binary; everything else is a failure.
+    if isinstance(outcome, SkippedFile):
+        assert "binary data" in outcome.reason
+    else:
+        assert outcome.worker == worker and outcome.timestamp_ns == BASE_NS + offset_ns
+
+
+def test_message_cut_keeps_head_and_tail_like_propeller() -> None:
+    message = "HEAD" + "x" * 300_000 + "TAIL"
+    cut = cut_message(message, 100 * 1024)
+    assert cut.startswith("HEAD") and cut.endswith("TAIL")
+    assert TRUNCATION_INDICATOR in cut
+    assert len(cut.encode()) <= 100 * 1024 + len(TRUNCATION_INDICATOR) + 2
+
+
+def test_message_cut_leaves_short_messages_and_keeps_utf8_valid() -> None:
+    assert cut_message("short") == "short"
+    cut = cut_message("é" * 1000, 101)  # 2-byte characters, odd limit: the cuts split characters
+    assert cut.encode("utf-8").decode("utf-8") == cut
+    assert cut.startswith("é" * 25) and cut.endswith("é" * 25)
+
+
+def test_parsing_cuts_long_messages() -> None:
+    record = parse(error_document("[root cause] " + "y" * 200_000))
+    assert isinstance(record, FailureRecord)
+    assert TRUNCATION_INDICATOR in record.message and record.role == Role.CANDIDATE
+
+
+def test_rfc3339_with_nanoseconds() -> None:
+    assert rfc3339_ns(0) == "1970-01-01T00:00:00.000000000Z"
+    assert rfc3339_ns(1_700_000_000_123_456_789) == "2023-11-14T22:13:20.123456789Z"
+    assert rfc3339_ns(-1) == "1969-12-31T23:59:59.999999999Z"
+    assert rfc3339_ns(-62_135_596_800 * 10**9) == "0001-01-01T00:00:00.000000000Z"
+
+
+def test_listings_per_strategy() -> None:
+    [default] = error_listings("gs://b/out", "gs://b/raw", ErrorAggregationStrategy.DEFAULT)
+    assert default.accepts("error.pb") and not default.accepts("error-w-1.pb")
+    outputs, raw = error_listings("gs://b/out/", "gs://b/raw", ErrorAggregationStrategy.EARLIEST)
+    assert (outputs.folder, raw.folder) == ("gs://b/out/", "gs://b/raw/errors")
+    assert outputs.accepts("error-w-1.pb") and outputs.accepts("error.pb")
+    assert not outputs.accepts("outputs.pb") and not outputs.accepts("error-w-1.pb.tmp")
+    assert raw.accepts("anything.pb") and not raw.accepts("notes.txt")
+    assert len(error_listings("gs://b/out", None, ErrorAggregationStrategy.EARLIEST)) == 1
+
+
+def test_counting_error_files_ignores_the_error_pb_copy() -> None:
+    prefix = "gs://b/out"
+    assert count_error_files([f"{prefix}/error.pb"], prefix) == 1
+    assert count_error_files([f"{prefix}/error.pb", f"{prefix}/error-a.pb", f"{prefix}/error-b.pb"], prefix) == 2
+    assert count_error_files([], prefix) == 0
+
+
+def test_transient_errors_are_recognised() -> None:
+    assert is_transient(ConnectionResetError())
+    assert is_transient(TimeoutError())
+    assert not is_transient(FileNotFoundError())
+    assert not is_transient(PermissionError())
+    assert not is_transient(ValueError("bad request"))

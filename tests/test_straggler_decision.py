@@ -1,0 +1,128 @@
+"""Pure tests of the verdict rule and of how worker samples fold into node times."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from flytekitplugins_rootcause.straggler.decision import (
+    FAILED,
+    OK,
+    SLOW_COMPUTE,
+    SLOW_NETWORK,
+    NodeTimes,
+    decide,
+)
+from flytekitplugins_rootcause.straggler.grouping import first_round_groups, next_round_groups
+from flytekitplugins_rootcause.straggler.samples import WorkerSample, aggregate, round_times
+
+
+def nodes(compute: list[float], comm: list[float] | None = None) -> list[NodeTimes]:
+    comm = comm or [1.0] * len(compute)
+    return [NodeTimes(i, (c, c), (m, m)) for i, (c, m) in enumerate(zip(compute, comm, strict=True))]
+
+
+def verdicts(decisions: list) -> list[str]:
+    return [d.verdict for d in decisions]
+
+
+def test_two_nodes_one_1_5x_slower_is_found_where_dlrovers_rule_cannot_fire() -> None:
+    times = [1.0, 1.5]
+    # DLRover: slow if > 2x the median of all nodes: 1.5 > 2 * 1.25 never holds with two nodes
+    assert not any(t > 2 * statistics.median(times) for t in times)
+    decisions = decide(nodes(times), threshold=1.3, min_excess_s=0.0)
+    assert verdicts(decisions) == [OK, SLOW_COMPUTE]
+    assert decisions[1].compute_score == pytest.approx(1.5)
+    assert decisions[0].compute_score == pytest.approx(1 / 1.5)
+
+
+def test_homogeneous_nodes_are_all_ok() -> None:
+    assert verdicts(decide(nodes([1.0, 1.02, 0.99, 1.01, 1.0, 0.98]), 1.3, 0.0)) == [OK] * 6
+
+
+def test_reference_is_the_median_of_the_other_nodes() -> None:
+    decisions = decide(nodes([1.0, 1.0, 2.0, 4.0]), 1.3, 0.0)
+    assert decisions[3].compute_reference_s == pytest.approx(1.0)  # median of 1, 1, 2
+    assert decisions[2].compute_reference_s == pytest.approx(1.0)  # median of 1, 1, 4
+    assert verdicts(decisions) == [OK, OK, SLOW_COMPUTE, SLOW_COMPUTE]
+
+
+def test_best_round_counts_so_a_one_off_hiccup_is_forgiven() -> None:
+    hiccup = NodeTimes(0, (5.0, 1.0), (1.0, 1.0))
+    assert verdicts(decide([hiccup, *nodes([1.0, 1.0])[1:]], 1.3, 0.0))[0] == OK
+
+
+def test_min_excess_keeps_sub_threshold_absolute_jitter_ok() -> None:
+    # 2x slower, but only by 50 microseconds: below the absolute floor
+    assert verdicts(decide(nodes([50e-6, 100e-6]), 1.3, min_excess_s=1e-4)) == [OK, OK]
+    assert verdicts(decide(nodes([50e-6, 100e-6]), 1.3, min_excess_s=1e-5)) == [OK, SLOW_COMPUTE]
+
+
+def test_network_threshold_applies_to_links_only() -> None:
+    decisions = decide(nodes([1.0, 1.0, 1.0], comm=[1.0, 1.0, 1.4]), 1.3, 0.0, network_threshold=1.5)
+    assert verdicts(decisions) == [OK, OK, OK]
+    decisions = decide(nodes([1.0, 1.0, 1.0], comm=[1.0, 1.0, 1.6]), 1.3, 0.0, network_threshold=1.5)
+    assert verdicts(decisions) == [OK, OK, SLOW_NETWORK]
+
+
+def test_failed_nodes_are_left_out_of_every_reference() -> None:
+    crashed = NodeTimes(2, (None, None), (None, None), error="rank 2: compute step raised RuntimeError")
+    decisions = decide([*nodes([1.0, 1.0]), crashed], 1.3, 0.0)
+    assert verdicts(decisions) == [OK, OK, FAILED]
+    assert decisions[0].compute_reference_s == pytest.approx(1.0)
+
+
+def test_slow_compute_wins_over_slow_network() -> None:
+    decisions = decide(nodes([1.0, 1.0, 3.0], comm=[1.0, 1.0, 3.0]), 1.3, 0.0)
+    assert verdicts(decisions) == [OK, OK, SLOW_COMPUTE]
+
+
+def sample(node: int, rnd: int, compute: float | None, comm: float | None, rank: int | None = None) -> WorkerSample:
+    return WorkerSample(node if rank is None else rank, node, rnd, compute, comm)
+
+
+def test_a_slow_link_is_triangulated_by_the_two_rounds() -> None:
+    """Node 2's link is slow: both its groups are slow, but its partners each have one good round."""
+    link = {0: 1.0, 1: 1.0, 2: 3.0, 3: 1.0, 4: 1.0, 5: 1.0}
+    ranks = list(range(6))
+    history = [first_round_groups(6)]
+
+    def round_samples(rnd: int, groups: list[tuple[int, ...]]) -> list[WorkerSample]:
+        return [sample(n, rnd, 1.0, max(link[m] for m in g)) for g in groups for n in g]
+
+    samples = round_samples(0, history[0])
+    second = next_round_groups(round_times(aggregate(ranks, samples, history), 0), history)
+    history.append(second)
+    samples += round_samples(1, second)
+    times = aggregate(ranks, samples, history)
+    assert verdicts(decide(times, 1.3, 0.0)) == [OK, OK, SLOW_NETWORK, OK, OK, OK]
+
+
+def test_a_node_computes_as_slow_as_its_slowest_local_worker() -> None:
+    samples = [
+        WorkerSample(0, 0, 0, 1.0, 1.0),
+        WorkerSample(1, 0, 0, 2.5, 1.0),  # one slow GPU in node 0
+        WorkerSample(2, 1, 0, 1.0, 1.0),
+        WorkerSample(3, 1, 0, 1.1, 1.0),
+    ]
+    times = aggregate([0, 1], samples, [[(0, 1)]])
+    assert [t.compute_s for t in times] == [(2.5,), (1.1,)]
+
+
+def test_a_groups_link_time_is_the_shortest_view_of_its_members() -> None:
+    # both ranks ran the same collectives; rank 1 was preempted after the last one and saw longer
+    samples = [WorkerSample(0, 0, 0, 1.0, 0.5), WorkerSample(1, 1, 0, 1.0, 0.9)]
+    times = aggregate([0, 1], samples, [[(0, 1)]])
+    assert [t.comm_s for t in times] == [(0.5,), (0.5,)]
+
+
+def test_an_error_on_any_local_worker_fails_the_node() -> None:
+    samples = [
+        WorkerSample(0, 0, 0, 1.0, 1.0),
+        WorkerSample(1, 0, 0, None, 1.0, error="compute step raised RuntimeError: CUDA error"),
+        WorkerSample(2, 1, 0, 1.0, 1.0),
+    ]
+    times = aggregate([0, 1], samples, [[(0, 1)]])
+    assert times[0].failed and "rank 1, round 1: compute step raised" in times[0].error
+    assert not times[1].failed

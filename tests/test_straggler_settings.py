@@ -1,0 +1,245 @@
+"""Settings validation, the action plan, the report (task output, table, Deck) and the task type."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import flytekit
+import pytest
+from flytekit import task
+from flytekit.core.context_manager import ExecutionState, FlyteContextManager
+from flytekit.core.type_engine import TypeEngine
+from flytekit.exceptions.user import FlyteUserRuntimeException
+from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
+
+from flytekitplugins_rootcause.straggler import (
+    Action,
+    NodeResult,
+    StragglerCheck,
+    StragglerConfigError,
+    StragglerDetectedError,
+    StragglerPrecheck,
+    StragglerPrecheckFunctionTask,
+    StragglerReport,
+    Workload,
+    validate_for_task,
+)
+from flytekitplugins_rootcause.straggler.actions import Step, plan_action
+from flytekitplugins_rootcause.straggler.deck import render_html
+from flytekitplugins_rootcause.straggler.rendezvous_host import endpoint_port, process_listens_on
+
+REPO = Path(__file__).resolve().parents[1]
+PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"threshold": 1.0}, "threshold must be > 1.0"),
+        ({"network_threshold": 0.5}, "network_threshold must be > 1.0"),
+        ({"rounds": 0}, "rounds must be a positive integer"),
+        ({"workload": "big"}, "workload must be 'auto' or a Workload"),
+        ({"timeout_s": 0}, "timeout_s must be > 0"),
+        ({"action": "ignore"}, "action must be one of 'warn', 'fail', 'exclude'"),
+        ({"min_nodes": 1}, "min_nodes must be an integer >= 2"),
+        ({"min_excess_s": -1}, "min_excess_s must be >= 0"),
+    ],
+)
+def test_bad_settings_get_a_clear_error(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        StragglerCheck(**kwargs)
+
+
+def test_workload_must_be_positive_integers() -> None:
+    with pytest.raises(ValueError, match=r"Workload\.matmul_size must be a positive integer"):
+        Workload(matmul_size=0, matmuls_per_trial=1, allreduce_numel=1, allreduces_per_trial=1)
+
+
+def test_auto_workload_is_sized_to_the_device() -> None:
+    check = StragglerCheck()
+    assert check.workload_for("cuda").matmul_size > check.workload_for("cpu").matmul_size
+    explicit = Workload(matmul_size=64, matmuls_per_trial=2, allreduce_numel=8, allreduces_per_trial=1)
+    assert StragglerCheck(workload=explicit).workload_for("cuda") is explicit
+    assert StragglerCheck(action="fail").action is Action.FAIL
+
+
+def test_exclude_needs_a_node_range_and_a_restart() -> None:
+    exclude = StragglerCheck(action="exclude")
+    with pytest.raises(StragglerConfigError, match=r"needs nnodes as a range .min:max.*nnodes=4 is fixed"):
+        validate_for_task(exclude, 4, max_restarts=1)
+    with pytest.raises(StragglerConfigError, match="set max_restarts >= 1"):
+        validate_for_task(exclude, "3:4", max_restarts=0)
+    with pytest.raises(StragglerConfigError, match="nnodes must be an integer or a range"):
+        validate_for_task(exclude, "three", max_restarts=1)
+    validate_for_task(exclude, "3:4", max_restarts=1)
+    validate_for_task(StragglerCheck(action="fail"), 4, max_restarts=0)
+
+
+def node(rank: int, verdict: str = "ok") -> NodeResult:
+    return NodeResult(
+        node_rank=rank,
+        pod=f"pod-{rank}",
+        host=f"host-{rank}",
+        local_workers=2,
+        groups=[[0, 1], [rank, 3 - rank]],
+        compute_s=[0.01, 0.011],
+        comm_s=[0.002, None],
+        best_compute_s=0.01,
+        best_comm_s=0.002,
+        compute_score=2.0 if verdict == "slow-compute" else 1.0,
+        comm_score=1.0,
+        verdict=verdict,
+        hosts_rendezvous=False,
+    )
+
+
+def report(*verdicts: str, action: str = "warn") -> StragglerReport:
+    return StragglerReport(
+        nodes=[node(i, v) for i, v in enumerate(verdicts)],
+        threshold=1.3,
+        network_threshold=1.5,
+        rounds=2,
+        action=action,
+        network_localizable=len(verdicts) >= 4,
+    )
+
+
+def plan(rep: StragglerReport, check: StragglerCheck, node_rank: int = 0, **kw: object) -> Step:
+    args = {"nnodes": "3:4", "restart_count": 0, "max_restarts": 1, **kw}
+    return plan_action(rep, check, node_rank=node_rank, **args).step  # type: ignore[arg-type]
+
+
+def test_action_plan_is_the_same_for_every_worker_of_a_node() -> None:
+    slow = report("ok", "ok", "slow-compute", "ok")
+    assert plan(slow, StragglerCheck(action="warn")) is Step.CONTINUE
+    assert plan(slow, StragglerCheck(action="fail")) is Step.FAIL
+    exclude = StragglerCheck(action="exclude")
+    assert plan(slow, exclude, node_rank=2) is Step.LEAVE
+    assert plan(slow, exclude, node_rank=0) is Step.RESTART
+    assert plan(report("ok", "ok", "ok", "ok"), exclude) is Step.CONTINUE
+    # later attempts only warn, so a job never shrinks step by step
+    assert plan(slow, exclude, node_rank=2, restart_count=1) is Step.CONTINUE
+    # excluding below the minimum fails instead
+    assert plan(report("ok", "failed", "slow-compute", "ok"), exclude, nnodes="3:4") is Step.FAIL
+    with pytest.raises(StragglerConfigError, match="nnodes=4 is fixed"):
+        plan(slow, exclude, nnodes=4)
+    # the pod that runs the rendezvous store never leaves: the others could not re-rendezvous
+    slow.nodes[2].hosts_rendezvous = True
+    assert plan(slow, exclude, node_rank=0) is Step.FAIL
+    slow.nodes[2].hosts_rendezvous = None  # unknown (PET_RDZV_ENDPOINT not set): fail safe
+    assert plan(slow, exclude, node_rank=0) is Step.FAIL
+    with pytest.raises(StragglerConfigError, match="neither passed nor set in PET_NNODES"):
+        plan(slow, exclude, nnodes=None)
+
+
+def test_a_process_is_seen_to_listen_on_the_rendezvous_port(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert process_listens_on(os.getpid(), port)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert not process_listens_on(child.pid, port)
+        finally:
+            child.kill()
+            child.wait()
+    assert not process_listens_on(os.getpid(), port)  # closed
+    assert endpoint_port("worker-0.job:29400") == 29400
+    assert endpoint_port(None) is None and endpoint_port("no-port") is None
+
+
+def test_fail_error_names_the_slow_pods_and_is_not_recoverable() -> None:
+    error = StragglerDetectedError(report("ok", "slow-compute", "ok", "slow-network"))
+    assert isinstance(error, FlyteUserRuntimeException)
+    text = str(error)
+    assert "pod 'pod-1' (node rank 1) is slow-compute" in text
+    assert "pod 'pod-3' (node rank 3) is slow-network" in text
+    assert "before training started" in text
+
+
+def test_report_is_a_task_output_that_round_trips() -> None:
+    rep = report("ok", "slow-compute")
+    ctx = FlyteContextManager.current_context()
+    literal_type = TypeEngine.to_literal_type(StragglerReport)
+    literal = TypeEngine.to_literal(ctx, rep, StragglerReport, literal_type)
+    assert TypeEngine.to_python_value(ctx, literal, StragglerReport) == rep
+
+
+def test_table_has_one_row_per_node_and_the_verdicts() -> None:
+    lines = report("ok", "slow-compute").table().splitlines()
+    assert "pod 'pod-1' (node rank 1) slow-compute" in lines[0]
+    assert len(lines) == 4 and lines[3].split()[-1] == "slow-compute"
+    assert "skipped" in StragglerReport(skipped="1 node(s)").table()
+
+
+def test_deck_is_self_contained_html_with_a_table_and_an_svg_chart() -> None:
+    html = render_html(report("ok", "slow-compute", "ok", "ok"))
+    assert "<table>" in html and html.count("<tr>") == 5
+    assert "<svg" in html and html.count("<rect") == 8  # two bars per node
+    assert not re.search(r"<script|https?://(?!www\.w3\.org/2000/svg)", html)
+    assert "&lt;b&gt;" in render_html(StragglerReport(nodes=[NodeResult(0, "<b>", "h", 1)]))  # escaped
+
+
+def test_precheck_is_an_elastic_task_returning_the_report() -> None:
+    @task(task_config=StragglerPrecheck(nnodes=2, nproc_per_node=1, check=StragglerCheck(action="fail")))
+    def precheck() -> StragglerReport:
+        """Not run: the task returns the check's report."""
+
+    assert isinstance(precheck, StragglerPrecheckFunctionTask)
+    assert isinstance(precheck, PytorchElasticFunctionTask)
+    assert precheck.enable_deck
+    assert precheck.min_nodes == 2
+
+
+def test_precheck_refuses_exclude_and_other_outputs() -> None:
+    with pytest.raises(StragglerConfigError, match="action='exclude' has no job to shrink"):
+        StragglerPrecheck(nnodes="1:2", check=StragglerCheck(action="exclude"))
+    with pytest.raises(StragglerConfigError, match=r"-> StragglerReport"):
+
+        @task(task_config=StragglerPrecheck(nnodes=2))
+        def wrong() -> int:
+            return 1
+
+
+@pytest.mark.slow
+def test_example_precheck_runs_with_pyflyte_and_reports_one_node_as_skipped(tmp_path: Path) -> None:
+    """`pyflyte run` of the example: the StragglerPrecheck task launches, returns its report, and the
+    next task receives it; one local node has nobody to compare with, so the check says skipped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_INTERNAL", "_F_", "PET_"))}
+    completed = subprocess.run(
+        [PYFLYTE, "run", str(REPO / "examples" / "straggler_precheck.py"), "precheck_then_train"],
+        cwd=tmp_path,
+        env=env | {"COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output[-4000:]
+    assert "straggler check skipped: 1 node(s), the check needs at least min_nodes=2" in output
+
+
+@pytest.mark.slow
+def test_precheck_task_returns_the_report_and_adds_its_deck() -> None:
+    """A real (local, one-node) launch: rank 0's report comes back as the task's value and its
+    Deck reaches the task's context (kfpytorch carries rank 0's decks over)."""
+
+    @task(task_config=StragglerPrecheck(nnodes=1, nproc_per_node=1, check=StragglerCheck()))
+    def one_node_precheck() -> StragglerReport:
+        """Not run: the task returns the check's report."""
+
+    ctx = FlyteContextManager.current_context()
+    state = ctx.new_execution_state().with_params(mode=ExecutionState.Mode.TASK_EXECUTION)
+    with FlyteContextManager.with_context(ctx.with_execution_state(state)):
+        result = one_node_precheck.execute()
+        decks = {d.name: d for d in flytekit.current_context().decks}
+    assert isinstance(result, StragglerReport)
+    assert result.skipped == "1 node(s), the check needs at least min_nodes=2"
+    assert "straggler check skipped" in decks["Straggler check"].html
