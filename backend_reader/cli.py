@@ -14,10 +14,9 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 
 from backend_reader.reader import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PAYLOAD_BYTES, RemoteFileOutputReader
-from backend_reader.render import print_table, to_json_dict, to_proto_bytes
+from backend_reader.render import print_table, table_console, to_json_dict, to_proto_bytes
 from backend_reader.storage import ReaderError
 from backend_reader.strategy import ErrorAggregationStrategy
 
@@ -139,5 +138,5 @@ def read(
         sys.stdout.buffer.write(to_proto_bytes(result))
         sys.stdout.buffer.flush()
     else:
-        print_table(result, Console())
+        print_table(result, table_console())
     sys.exit(EXIT_OK)

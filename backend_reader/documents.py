@@ -24,7 +24,7 @@ from google.protobuf import unknown_fields
 
 from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
 from backend_reader.ordering import Role, TimeSource
-from backend_reader.roles import classify_role
+from backend_reader.roles import classify_role, rank_from_report
 
 _NS_PER_S = 1_000_000_000
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
@@ -111,6 +111,7 @@ def parse_error_document(
         recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
         message=cut_message(error.message, message_limit_bytes),
         time_source=TimeSource.UNKNOWN if timestamp_ns is None else TimeSource.REPORTED,
+        global_rank=rank_from_report(error.message),
         fingerprint=_fingerprint(error),
     )
 

@@ -7,6 +7,7 @@ only together with that page.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -17,9 +18,12 @@ from backend_reader.documents import ErrorKind, FailureRecord
 from backend_reader.layout import base_name
 from backend_reader.results import ReadResult
 from backend_reader.timefmt import rfc3339_ns, rfc3339_ns_or_none
+from backend_reader.timeline import TimelineEntry, build_timeline, format_offset, span_s, text_bar
 
 ROOT_CAUSE_ROLE = "root-cause"
 _FIRST_LINE_CHARS = 120
+#: Characters of the text time axis in the table (the Deck draws the same layout as SVG).
+TIMELINE_WIDTH = 16
 
 
 def failure_role(result: ReadResult, index: int) -> str:
@@ -68,6 +72,12 @@ def to_proto_bytes(result: ReadResult) -> bytes:
     return result.execution_error().execution_error.SerializeToString(deterministic=True)
 
 
+def table_console() -> Console:
+    """A console for the table: the terminal's width, or a wide one for pipes and CI logs (rich
+    would fall back to 80 columns and fold every cell)."""
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def print_table(result: ReadResult, console: Console) -> None:
     """All failures, root cause marked, then the skipped files and a one-line verdict."""
     if not result.is_error:
@@ -75,10 +85,14 @@ def print_table(result: ReadResult, console: Console) -> None:
         return
     if result.failures:
         table = Table(title=Text(f"Failures under {result.output_prefix} (root cause first)"))
-        for column in ("#", "role", "worker", "time (UTC)", "code", "kind", "recoverable", "message", "file"):
-            table.add_column(column, overflow="fold")
-        for index, failure in enumerate(result.failures):
-            table.add_row(*_row(result, index, failure), style="bold red" if index == 0 else None)
+        columns = ("#", "role", "worker", "rank", "time (UTC)", "offset", "timeline", "kind", "recoverable",
+                   "message", "file")
+        for column in columns:
+            table.add_column(column, overflow="fold", no_wrap=column == "timeline")
+        entries = build_timeline(result.failures)
+        span = span_s(entries)
+        for index, (failure, entry) in enumerate(zip(result.failures, entries, strict=True)):
+            table.add_row(*_row(result, index, failure, entry, span), style="bold red" if index == 0 else None)
         console.print(table)
     if result.skipped:
         skipped = Table(title="Skipped error files")
@@ -94,15 +108,17 @@ def print_table(result: ReadResult, console: Console) -> None:
     console.print(verdict)
 
 
-def _row(result: ReadResult, index: int, failure: FailureRecord) -> list[Text]:
+def _row(result: ReadResult, index: int, failure: FailureRecord, entry: TimelineEntry, span: float) -> list[Text]:
     """Cells as ``Text``: messages start with ``[root cause]``, which rich would read as markup."""
     role = failure_role(result, index)
     cells = [
         str(index + 1),
         "★ root cause" if role == ROOT_CAUSE_ROLE else role,
         failure.worker or "-",
+        "-" if failure.global_rank is None else str(failure.global_rank),
         rfc3339_ns_or_none(failure.timestamp_ns) or "unknown",
-        failure.code,
+        format_offset(entry.offset_s),
+        text_bar(entry, span, width=TIMELINE_WIDTH),
         failure.kind.value,
         "yes" if failure.recoverable else "no",
         _first_line(failure.message),

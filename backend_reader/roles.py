@@ -78,6 +78,19 @@ def role_from_marker(message: str) -> Role | None:
     return Role.VICTIM if match.group(1).lower() == "victim" else Role.CANDIDATE
 
 
+_REPORT_RANK_RE = re.compile(r"(?:^|[\s=])\[(?:root cause|victim)\] rank (\d+) ", re.IGNORECASE)
+
+
+def rank_from_report(message: str) -> int | None:
+    """The global rank a report of this plugin names on its marked first line, if any.
+
+    ``ContainerError`` has no rank field; the report's summary line (``[root cause] rank 3 (local
+    rank 1, ...``, see ``flytekitplugins_rootcause.report``) carries it.
+    """
+    match = _REPORT_RANK_RE.search(message)
+    return int(match.group(1)) if match else None
+
+
 def is_victim_message(message: str) -> bool:
     """True when the text looks like a collective/rendezvous failure caused by a peer leaving."""
     lowered = message.lower()

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from backend_reader import RemoteFileOutputReader
-from backend_reader.render import print_table
+from backend_reader.render import print_table, table_console
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, pod_name, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
@@ -45,8 +44,7 @@ DEMO_FAULTS = [FaultKind.RAISE, FaultKind.SIGKILL, FaultKind.SIGABRT, FaultKind.
               default=Path("rootcause-demo-output"), show_default=True, help="Local folder used as the bucket.")
 def main(kind: str, pod_index: int, local_rank: int, output_dir: Path) -> None:
     """Run the demo job and print which worker really failed first."""
-    # wide enough for the table when the output is a pipe or a CI log, not a terminal
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = table_console()
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     spec = JobSpec(task=train_2x2, nnodes=NNODES, nproc_per_node=NPROC, store=StoreAccess(str(output_dir)))

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from backend_reader.ordering import Role
-from backend_reader.roles import classify_role, role_from_marker, role_marker
+from backend_reader.roles import classify_role, rank_from_report, role_from_marker, role_marker
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,11 @@ def test_marker_found_inside_flytekit_formatting() -> None:
     assert role_from_marker(wrapped) == Role.VICTIM
     assert role_from_marker("a [victim]without space") is None
     assert role_from_marker("no marker") is None
+
+
+def test_rank_is_read_from_the_marked_summary_line() -> None:
+    report = "[root cause] rank 12 (local rank 0, group rank 3) on worker pod-3 (pid 7, SIGKILL) failed at ..."
+    assert rank_from_report(report) == 12
+    assert rank_from_report("Message: ... error=[victim] rank 3 (local rank 1, ...") == 3
+    assert rank_from_report("ValueError: rank 3 failed") is None
+    assert rank_from_report("[root cause] rank ? (local rank ?, ...") is None
