@@ -7,6 +7,7 @@ only together with that page.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -127,8 +128,16 @@ def _row(result: ReadResult, index: int, failure: FailureRecord, entry: Timeline
     return [Text(cell) for cell in cells]
 
 
+# A report of this plugin: "[root cause] rank 3 (...) on worker w (...) failed at <time> (<source>): <what>".
+# Rank, worker and time have their own columns, so the message column shows only <what>.
+_REPORT_SUMMARY_RE = re.compile(r"^\[(?:root cause|victim)\] .*? failed at \S+ \(\w+\): (.*)$")
+
+
 def _first_line(message: str) -> str:
     line = message.strip().split("\n", 1)[0]
+    summary = _REPORT_SUMMARY_RE.match(line)
+    if summary:
+        line = summary.group(1)
     return line if len(line) <= _FIRST_LINE_CHARS else line[: _FIRST_LINE_CHARS - 1] + "…"
 
 
