@@ -21,23 +21,11 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause import ElasticRootCause
+from tests.watchdog_tasks.sync import error_file_of, wait_for
 
 
 def _rank() -> int:
     return int(os.environ["RANK"])
-
-
-def _error_file_of(local_rank: int) -> str:
-    own = os.environ["TORCHELASTIC_ERROR_FILE"]
-    return os.path.join(os.path.dirname(os.path.dirname(own)), str(local_rank), "error.json")
-
-
-def _wait_for(path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(path)
-        time.sleep(0.005)
 
 
 def _linger() -> None:
@@ -83,7 +71,7 @@ def two_errors_50ms(k: int) -> int:
         time.sleep(1 - time.time() % 1 + 0.05)
         raise RuntimeError(f"first failure on rank {k}")
     if _rank() == second:
-        _wait_for(_error_file_of(k))
+        wait_for(error_file_of(k))
         time.sleep(0.05)
         raise RuntimeError(f"second failure on rank {second}")
     _linger()

@@ -29,19 +29,15 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause import ElasticRootCause
+from tests.watchdog_tasks.sync import wait_for
 
 _READY = "sigterm-ignored"
 _FAILED_AT = "failed-at-ns"
 
 
-def _wait_for(path: str) -> None:
-    while not os.path.exists(path):
-        time.sleep(0.005)
-
-
 def _fail_while_rank0_ignores_sigterm(marker_dir: str) -> int:
     if int(os.environ["RANK"]) == 1:
-        _wait_for(os.path.join(marker_dir, _READY))
+        wait_for(os.path.join(marker_dir, _READY))
         with open(os.path.join(marker_dir, _FAILED_AT), "w") as handle:
             handle.write(str(time.time_ns()))
         raise RuntimeError("first failure")

@@ -18,25 +18,11 @@ from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause import ElasticRootCause
+from tests.watchdog_tasks.sync import error_file_of, wait_for
 
 
 def _rank() -> int:
     return int(os.environ["RANK"])
-
-
-def _error_file_of(local_rank: int) -> str:
-    """Where torch told worker ``local_rank`` to write its error file (siblings share a parent)."""
-    own = os.environ["TORCHELASTIC_ERROR_FILE"]
-    attempt_dir = os.path.dirname(os.path.dirname(own))
-    return os.path.join(attempt_dir, str(local_rank), "error.json")
-
-
-def _wait_for(path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.005)
 
 
 def _linger() -> None:
@@ -75,7 +61,7 @@ def two_raise_50ms_apart(first: int, second: int) -> int:
     if rank == first:
         raise RuntimeError(f"first independent failure on rank {first}")
     if rank == second:
-        _wait_for(_error_file_of(first))
+        wait_for(error_file_of(first))
         time.sleep(0.05)
         raise RuntimeError(f"second independent failure on rank {second}")
     _linger()

@@ -16,6 +16,12 @@ def wait_for(path: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.005)
 
 
+def error_file_of(local_rank: int) -> str:
+    """Where torch told sibling worker ``local_rank`` to write its error file (siblings share a parent)."""
+    attempt_dir = os.path.dirname(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"]))
+    return os.path.join(attempt_dir, str(local_rank), "error.json")
+
+
 def touch(path: str) -> None:
     with open(path, "w"):
         pass

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import READY_FILE, touch, wait_for
+from tests.watchdog_tasks.sync import READY_FILE, error_file_of, touch, wait_for
 
 #: Grace period of the teardown task; the test checks the victim lived at least this long.
 TEARDOWN_GRACE_S = 1.5
@@ -32,12 +32,6 @@ REPORTED_VARIABLES = (
 
 def _rank() -> int:
     return int(os.environ["RANK"])
-
-
-def error_file_of(local_rank: int) -> str:
-    """Where torch told worker ``local_rank`` to write its error file (siblings share a parent)."""
-    attempt_dir = os.path.dirname(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"]))
-    return os.path.join(attempt_dir, str(local_rank), "error.json")
 
 
 def _ignore_sigterm_and_linger(marker_dir: str) -> None:
