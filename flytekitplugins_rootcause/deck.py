@@ -30,6 +30,13 @@ def timeline_svg(entries: Sequence[TimelineEntry]) -> str:
         f'role="img" aria-label="failure timeline">',
         f'<line x1="{_LEFT}" y1="{height - 24}" x2="{_LEFT + _AXIS_W}" y2="{height - 24}" stroke="#333"/>',
     ]
+    legend_x = _LEFT
+    for role, text in ((ROOT_CAUSE, "root cause"), ("candidate", "other independent failure"), ("victim", "victim")):
+        parts.append(
+            f'<circle cx="{legend_x + 5}" cy="12" r="5" fill="{_COLORS[role]}"/>'
+            f'<text x="{legend_x + 14}" y="16" font-size="11">{text}</text>'
+        )
+        legend_x += 30 + 7 * len(text)
     for tick in range(5):
         x = _LEFT + _AXIS_W * tick / 4
         parts.append(
