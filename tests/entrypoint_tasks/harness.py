@@ -18,6 +18,7 @@ from pathlib import Path
 from flyteidl.core import errors_pb2, literals_pb2
 from flytekit.models import literals
 
+from flytekitplugins_rootcause.simulation.pytorchjob import StoreAccess
 from tests.object_stores import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -82,13 +83,7 @@ def pod_env(store: ObjectStore, **extra: str) -> dict[str, str]:
     ``FLYTE_INTERNAL_EXECUTION_ID`` makes flytekit log JSON lines, as in a pod.
     """
     env = {key: value for key, value in os.environ.items() if key not in _BACKEND_VARIABLES}
-    env.update(store.env)
-    if store.protocol == "s3":
-        env.update(
-            FLYTE_AWS_ENDPOINT=store.storage_options["endpoint_url"],
-            FLYTE_AWS_ACCESS_KEY_ID=store.storage_options["key"],
-            FLYTE_AWS_SECRET_ACCESS_KEY=store.storage_options["secret"],
-        )
+    env.update(StoreAccess(store.root, store.storage_options, store.env).pod_env())
     env.update(FLYTE_INTERNAL_EXECUTION_ID="entrypoint-test", PYTHONWARNINGS="ignore")
     env.update(extra)
     return env
