@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,12 +25,7 @@ from typing import Any
 
 import fsspec
 
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from flytekitplugins_rootcause.loopback import free_port
 
 
 @dataclasses.dataclass

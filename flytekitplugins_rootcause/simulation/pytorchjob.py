@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
+from flytekitplugins_rootcause.loopback import free_port
 from flytekitplugins_rootcause.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
 
@@ -135,12 +135,6 @@ class JobResult:
         if self.fault_ns is None or not self.pods:
             return None
         return (max(p.exited_ns for p in self.pods) - self.fault_ns) / 1e9
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serialize(task: PythonTask) -> TaskTemplate:

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flytekitplugins_rootcause.loopback import free_port
 from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 
@@ -62,12 +62,6 @@ LEFT_EXIT_CODE = 3
 
 def pod_name_of(index: int) -> str:
     return f"sim-node-{index}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_cluster(cluster: SimulatedCluster, workdir: Path, timeout_s: float = 240.0) -> list[AgentOutcome]:
