@@ -18,7 +18,9 @@ WORKDIR /root
 COPY setup.cfg pyproject.toml README.md ./
 COPY flytekitplugins_rootcause ./flytekitplugins_rootcause
 COPY backend_reader ./backend_reader
-RUN pip install . && command -v pyflyte-rootcause-execute && command -v rootcause-reader
+COPY docs/backend_reader.md ./docs/backend_reader.md
+COPY distributions ./distributions
+RUN pip install ./distributions/backend-reader . && command -v pyflyte-rootcause-execute && command -v rootcause-reader
 
 # Your workflow code (pyflyte --remote uploads it with fast registration; copy it for a baked image).
 COPY examples ./examples

@@ -1,5 +1,6 @@
 # The README's two commands. Each creates .venv if missing, installs torch==2.13.0 first
-# (a bare `torch` requirement would pull gigabytes of CUDA wheels), then the project.
+# (a bare `torch` requirement would pull gigabytes of CUDA wheels), then the reader's distribution
+# (the plugin requires it), then the plugin.
 VENV ?= .venv
 PYTHON ?= python3.11
 PY := $(VENV)/bin/python
@@ -9,10 +10,11 @@ STAMP := $(VENV)/.rootcause-installed
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml distributions/backend-reader/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e distributions/backend-reader
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 

@@ -47,6 +47,11 @@ class Collector:
         else:
             self._insert(outcome)
 
+    @property
+    def best(self) -> FailureRecord | None:
+        """The root cause among the files added so far (``error.pb``'s copy aside)."""
+        return self._best
+
     def skip(self, error_uri: str, reason: str) -> None:
         self.add(SkippedFile(error_uri, reason))
 

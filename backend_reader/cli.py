@@ -124,7 +124,8 @@ def read(
         settle_timeout=settle_timeout,
     )
     try:
-        result = reader.read_all()
+        # proto answers propeller's question only (the root cause), which needs far fewer downloads.
+        result = reader.read_root_cause() if output_format == "proto" else reader.read_all()
     except ReaderError as error:
         click.echo(f"rootcause-reader: {error}", err=True)
         sys.exit(EXIT_STORAGE_ERROR)

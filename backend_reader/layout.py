@@ -5,8 +5,9 @@ Pure string logic, kept apart from storage so the naming rules are tested withou
 Two layouts are read:
 
 - Flyte's own: ``<output_prefix>/error.pb`` (one writer) and, with distributed error aggregation,
-  ``<output_prefix>/error-<worker>-<uuid>.pb`` next to it (the name starts with ``error``, which
-  is exactly what Flyte's Go reader lists);
+  ``<output_prefix>/error-<uuid>.pb`` (flytekit) or ``error-<worker>-<uuid>.<listing key>.pb``
+  (this plugin, ``backend_reader.listing_keys``) next to it: the name starts with ``error``, which
+  is exactly what Flyte's Go reader lists;
 - the RFC's: ``<raw_output_prefix>/errors/<anything>.pb``.
 """
 

@@ -69,14 +69,24 @@ F = TypeVar("F", bound=OrderableFailure)
 _NO_VALUE = 1  # sorts a missing time or rank after every present one
 
 
+def role_time_key(role: Role, timestamp_ns: int | None) -> tuple[int, int, int]:
+    """The first two steps of the rule (role, then time) as a sort key; a prefix of ``root_cause_key``.
+
+    The reader uses it alone where only role and time are known (from an error file's name, see
+    ``backend_reader.listing_keys``): equal prefixes still need the full key to break the tie.
+    """
+    return (
+        0 if role == Role.CANDIDATE else 1,
+        _NO_VALUE if timestamp_ns is None else 0,
+        0 if timestamp_ns is None else timestamp_ns,
+    )
+
+
 def root_cause_key(failure: OrderableFailure) -> tuple[int, int, int, int, int, str, str]:
     """Sort key implementing the rule above; smaller is more likely the root cause."""
-    time_ns = failure.timestamp_ns
     rank = failure.global_rank
     return (
-        0 if failure.role == Role.CANDIDATE else 1,
-        _NO_VALUE if time_ns is None else 0,
-        0 if time_ns is None else time_ns,
+        *role_time_key(failure.role, failure.timestamp_ns),
         _NO_VALUE if rank is None else 0,
         0 if rank is None else rank,
         failure.worker or "",

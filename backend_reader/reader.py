@@ -12,6 +12,10 @@ this reader:
   plus one short record per failure;
 - reports every unusable file in ``skipped`` with a reason and carries on;
 - orders with the shared rule (:mod:`backend_reader.ordering`);
+- ``read_error`` (propeller's call) downloads only the files that can still hold the root cause:
+  the plugin names each file with its role and time (:mod:`backend_reader.listing_keys`), so one
+  listing ranks them and one download usually settles it (:mod:`backend_reader.read_plan`); files
+  without such a name are always read, and the answer equals reading everything;
 - can wait for late files: with ``expected_workers``, it polls the listing until that many error
   files exist or ``settle_timeout`` seconds pass, then decides with what is there.
 
@@ -23,6 +27,7 @@ again, as files may still be arriving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -35,6 +40,7 @@ from backend_reader.aggregate import DEFAULT_SUMMARY_BYTES, Collector
 from backend_reader.documents import ErrorKind, FailureRecord, parse_error_document
 from backend_reader.layout import OUTPUTS_FILE_NAME, count_error_files, error_listings, join
 from backend_reader.messages import MAX_MESSAGE_BYTES
+from backend_reader.read_plan import RootCauseReadPlan
 from backend_reader.results import ExecutionErrorResult, ReadResult
 from backend_reader.storage import ObjectInfo, ReaderError, RetryPolicy, Storage, StorageError
 from backend_reader.strategy import ErrorAggregationStrategy
@@ -120,9 +126,23 @@ class RemoteFileOutputReader:
             listed = await self._settle(storage, listed)
             return await self._read_listed(storage, listed)
 
+    async def read_root_cause_async(self) -> ReadResult:
+        """The root cause alone, from as few downloads as the files' names allow.
+
+        Files whose names carry their role and time (``backend_reader.listing_keys``) are read only
+        while they can still hold the root cause (``backend_reader.read_plan``); the root cause is
+        the one reading every file gives. The result's ``failures`` holds only that one (or none),
+        and ``skipped`` only the unusable files among those read (all of them when none was usable).
+        """
+        async with self._storage() as storage:
+            listed = await self._list_error_files(storage)
+            listed = await self._settle(storage, listed)
+            return await self._read_root_cause(storage, listed)
+
     async def read_error_async(self) -> ExecutionErrorResult:
-        """The task's error: the root cause's ``ExecutionError`` (see ``ReadResult.execution_error``)."""
-        return (await self.read_all_async()).execution_error()
+        """The task's error: the root cause's ``ExecutionError`` (see ``ReadResult.execution_error``),
+        as ``read_root_cause_async`` finds it."""
+        return (await self.read_root_cause_async()).execution_error()
 
     async def failures_async(self) -> list[FailureRecord]:
         """Every readable failure, root cause first."""
@@ -174,6 +194,9 @@ class RemoteFileOutputReader:
     def read_all(self) -> ReadResult:
         return _run(self.read_all_async)
 
+    def read_root_cause(self) -> ReadResult:
+        return _run(self.read_root_cause_async)
+
     def read_error(self) -> ExecutionErrorResult:
         return _run(self.read_error_async)
 
@@ -209,9 +232,7 @@ class RemoteFileOutputReader:
         }
         return sorted(found.items())
 
-    async def _settle(
-        self, storage: Storage, listed: list[tuple[str, ObjectInfo]]
-    ) -> list[tuple[str, ObjectInfo]]:
+    async def _settle(self, storage: Storage, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
         """Poll the listing until ``expected_workers`` files exist or ``settle_timeout`` passes."""
         expected = self.expected_workers
         if expected is None:
@@ -230,40 +251,94 @@ class RemoteFileOutputReader:
         return listed
 
     async def _read_listed(self, storage: Storage, listed: list[tuple[str, ObjectInfo]]) -> ReadResult:
+        """Read every listed file."""
+        reads = self._batch_reader(storage, listed)
+        await reads.read(reads.readable)
+        return reads.result()
+
+    async def _read_root_cause(self, storage: Storage, listed: list[tuple[str, ObjectInfo]]) -> ReadResult:
+        """Read only what can still hold the root cause (see ``read_root_cause_async``)."""
+        reads = self._batch_reader(storage, listed)
+        plan = RootCauseReadPlan(reads.readable)
+        batch = plan.first_batch()
+        while batch:
+            failures = await reads.read(batch)
+            batch = plan.next_batch(failures, reads.collector.best)
+        result = reads.result()
+        return dataclasses.replace(result, failures=result.failures[:1])
+
+    def _batch_reader(self, storage: Storage, listed: list[tuple[str, ObjectInfo]]) -> _BatchReader:
         collector = Collector(self.output_prefix, error_files=len(listed), summary_bytes=self.summary_bytes)
-        to_read = []
+        return _BatchReader(
+            storage, collector, listed, self.max_payload_bytes, self.max_concurrency, self.message_limit_bytes
+        )
+
+
+class _BatchReader:
+    """Downloads and parses batches of listed error files into one :class:`Collector`.
+
+    Files over ``max_payload_bytes`` are skipped from their listed size up front (``readable`` is
+    the rest). If every download attempted fails with a storage error, the store failed us, not
+    the files, and :meth:`result` raises that error instead of reporting files as skipped.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        collector: Collector,
+        listed: list[tuple[str, ObjectInfo]],
+        max_payload_bytes: int,
+        max_concurrency: int,
+        message_limit_bytes: int,
+    ) -> None:
+        self.storage = storage
+        self.collector = collector
+        self.max_payload_bytes = max_payload_bytes
+        self.max_concurrency = max_concurrency
+        self.message_limit_bytes = message_limit_bytes
+        self.readable: list[tuple[str, ObjectInfo]] = []
         for uri, info in listed:
-            if info.size > self.max_payload_bytes:
-                collector.skip(uri, f"too large: {info.size} bytes, over the {self.max_payload_bytes}-byte limit")
+            if info.size > max_payload_bytes:
+                collector.skip(uri, f"too large: {info.size} bytes, over the {max_payload_bytes}-byte limit")
             else:
-                to_read.append((uri, info))
-        storage_errors: list[StorageError] = []
+                self.readable.append((uri, info))
+        self._attempted = 0
+        self._storage_errors: list[StorageError] = []
+
+    async def read(self, batch: list[tuple[str, ObjectInfo]]) -> list[FailureRecord]:
+        """Read a batch concurrently; returns the failures parsed from it (skips go to the collector)."""
+        failures: list[FailureRecord] = []
 
         async def read_one(item: tuple[str, ObjectInfo]) -> None:
             uri, info = item
             try:
-                data = await storage.read(info.path)
+                data = await self.storage.read(info.path)
             except FileNotFoundError:
-                collector.skip(uri, "deleted between listing and reading")
+                self.collector.skip(uri, "deleted between listing and reading")
                 return
             except StorageError as error:
-                storage_errors.append(error)
-                collector.skip(uri, f"could not be read: {error}")
+                self._storage_errors.append(error)
+                self.collector.skip(uri, f"could not be read: {error}")
                 return
             if len(data) > self.max_payload_bytes:
-                collector.skip(uri, f"grew to {len(data)} bytes after listing, over the limit")
+                self.collector.skip(uri, f"grew to {len(data)} bytes after listing, over the limit")
                 return
-            collector.add(parse_error_document(data, uri, message_limit_bytes=self.message_limit_bytes))
+            outcome = parse_error_document(data, uri, message_limit_bytes=self.message_limit_bytes)
+            if isinstance(outcome, FailureRecord):
+                failures.append(outcome)
+            self.collector.add(outcome)
 
-        await for_each_bounded(to_read, read_one, self.max_concurrency)
-        if to_read and len(storage_errors) == len(to_read):
-            raise storage_errors[0]  # the store failed us, not the files
-        return collector.result()
+        self._attempted += len(batch)
+        await for_each_bounded(batch, read_one, self.max_concurrency)
+        return failures
+
+    def result(self) -> ReadResult:
+        if self._attempted and len(self._storage_errors) == self._attempted:
+            raise self._storage_errors[0]  # the store failed us, not the files
+        return self.collector.result()
 
 
-async def for_each_bounded(
-    items: Iterable[T], work: Callable[[T], Awaitable[None]], limit: int
-) -> None:
+async def for_each_bounded(items: Iterable[T], work: Callable[[T], Awaitable[None]], limit: int) -> None:
     """Run ``work`` on every item with at most ``limit`` running at once.
 
     ``limit`` workers pull from one iterator, so only ``limit`` coroutines (and payloads) exist at

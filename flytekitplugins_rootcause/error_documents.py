@@ -1,8 +1,10 @@
 """What the patched entrypoint writes on failure, decided without any I/O.
 
 - which files (:class:`ErrorFilePolicy`, from the backend's strategy variable and the task config);
-- their names (``error-<sanitized worker>-<uuid hex>.pb`` directly under the output prefix, where
-  Flyte's backend lists ``error*.pb``, plus the shared ``error.pb``);
+- their names (``error-<sanitized worker>-<uuid hex>.<listing key>.pb`` directly under the output
+  prefix, where Flyte's backend lists ``error*.pb``, plus the shared ``error.pb``); the listing key
+  is the document's role and time, so a reader finds the root cause from a listing
+  (``backend_reader.listing_keys``);
 - the ``ContainerError`` stamps flytekit cannot give: the root cause's time to the nanosecond
   (flytekit goes through a float, which loses sub-microsecond digits), and, for
   root-cause errors, the report as the message (role marker first, ``backend_reader.roles``).
@@ -23,6 +25,7 @@ from flytekit.exceptions.system import FlyteSystemException
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from backend_reader.listing_keys import keyed_file_name, listing_key_for
 from backend_reader.roles import role_from_marker, role_marker
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from flytekitplugins_rootcause.worker_names import sanitize_worker_name
@@ -70,14 +73,17 @@ def decide_policy(dist_error_strategy: str, config: ElasticRootCause | None) -> 
     return ErrorFilePolicy(per_worker_files=per_worker, error_pb_if_absent=if_absent)
 
 
-def per_worker_file_name(worker: str, token: str) -> str:
-    """``error-<sanitized worker>-<token>.pb``; ``token`` is a fresh uuid hex per write.
+def per_worker_file_name(worker: str, token: str, document: bytes) -> str:
+    """``error-<sanitized worker>-<token>.<listing key>.pb`` for the serialized ``document``.
 
-    Starts with ``error`` and ends with ``.pb``, the pattern Flyte's aggregating reader lists.
+    ``token`` is a fresh uuid hex per write. The name starts with ``error`` and ends with ``.pb``,
+    the pattern Flyte's aggregating reader lists; the listing key (role and time, as the reader
+    will parse them from ``document``) lets ``backend_reader`` skip downloading files that cannot
+    be the root cause. A document the reader could not parse gets no key and is simply read.
     """
     if not token or not token.isalnum():
         raise ValueError(f"token must be a non-empty alphanumeric string, got {token!r}")
-    return f"error-{sanitize_worker_name(worker)}-{token}.pb"
+    return keyed_file_name(f"error-{sanitize_worker_name(worker)}-{token}", listing_key_for(document))
 
 
 def root_cause_error(exc: BaseException | None) -> RootCauseDetails | None:

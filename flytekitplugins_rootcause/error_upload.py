@@ -242,7 +242,7 @@ def write_error_documents(
     shared_created: bool | None = None
     store = store_for(output_prefix, filesystems)
     if policy.per_worker_files:
-        per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex))
+        per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex, document))
         try:
             store.put(per_worker_path, document)
         except Exception as error:

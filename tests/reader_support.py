@@ -6,6 +6,7 @@ No tests here; the module name follows the reader tests' naming so it stays in t
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import struct
 import threading
@@ -44,6 +45,14 @@ def error_document(
         seconds, nanos = divmod(timestamp_ns, NS)
         error.timestamp.CopyFrom(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
     return errors_pb2.ErrorDocument(error=error).SerializeToString()
+
+
+def per_worker_name_pattern(worker: str = r"[A-Za-z0-9_.-]+") -> re.Pattern[str]:
+    """The plugin's per-worker file name, ``error-<worker>-<uuid hex>.rc1<role><time>.pb``, with
+    groups ``worker``, ``token``, ``role`` (c/v) and ``time`` (ns or n)."""
+    return re.compile(
+        rf"^error-(?P<worker>{worker})-(?P<token>[0-9a-f]{{32}})\.rc1(?P<role>[cv])(?P<time>-?[0-9]+|n)\.pb$"
+    )
 
 
 def worker_file_name(worker: str) -> str:

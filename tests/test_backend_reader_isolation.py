@@ -40,3 +40,50 @@ def test_no_module_names_flytekit_or_torch_in_an_import() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             assert not [n for n in names if forbidden(n) or n == "flytekitplugins"], f"{path.name}: {names}"
+
+
+def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencies(tmp_path: Path) -> None:
+    """``distributions/backend-reader`` builds a wheel a backend service installs without flytekit or
+    torch: it holds exactly the repository's ``backend_reader`` modules, and declares a dependency
+    for every third-party package they import."""
+    import importlib.metadata
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    root = Path(backend_reader.__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+         str(root / "distributions" / "backend-reader")],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata_name = next(name for name in names if name.endswith(".dist-info/METADATA"))
+        metadata = archive.read(metadata_name).decode()
+        entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
+    shipped = sorted(name for name in names if not name.split("/")[0].endswith(".dist-info"))
+    assert shipped == sorted(f"backend_reader/{path.name}" for path in (root / "backend_reader").glob("*.py"))
+    assert "rootcause-reader = backend_reader.cli:main" in entry_points
+
+    required = {
+        Requirement(line.split(":", 1)[1].strip()).name.lower().replace("_", "-")
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:")
+    }
+    assert not [name for name in required if forbidden(name.replace("-", "_"))]
+    distributions = importlib.metadata.packages_distributions()
+    imported: set[str] = set()
+    for path in (root / "backend_reader").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    third_party = {name for name in imported if name in distributions and name != "backend_reader"}
+    for module in sorted(third_party):
+        owners = {owner.lower().replace("_", "-") for owner in distributions[module]}
+        # google.protobuf comes with protobuf; flyteidl pulls it in too.
+        assert owners & required, f"backend_reader imports {module} ({owners}) but the wheel does not require it"

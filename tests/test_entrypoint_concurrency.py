@@ -10,7 +10,6 @@ against the store under test.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +19,12 @@ from flyteidl.core import errors_pb2
 
 from tests.entrypoint_tasks.harness import REPO_ROOT, Run, command, list_names, new_prefixes, pod_env, read_bytes
 from tests.object_stores import ObjectStore
+from tests.reader_support import per_worker_name_pattern
 
 pytestmark = pytest.mark.slow
 
 WRITERS = 32
-PER_WORKER = re.compile(r"^error-(?P<worker>writer-\d\d)-[0-9a-f]{32}\.pb$")
+PER_WORKER = per_worker_name_pattern(r"writer-\d\d")
 
 
 def test_concurrent_writers_leave_every_file_and_the_first_error_pb(any_store: ObjectStore, tmp_path: Path) -> None:

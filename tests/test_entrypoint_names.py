@@ -18,10 +18,12 @@ from flytekitplugins_rootcause.worker_names import (
     raw_worker_name,
     sanitize_worker_name,
 )
+from tests.reader_support import BASE_NS, error_document, per_worker_name_pattern
 
 # Flyte's aggregating reader lists names starting with "error" and ending with ".pb".
-PER_WORKER_NAME = re.compile(r"^error-(?P<worker>[A-Za-z0-9_.-]+)-(?P<token>[0-9a-f]{32})\.pb$")
+PER_WORKER_NAME = per_worker_name_pattern()
 TOKEN = "0123456789abcdef0123456789abcdef"
+DOCUMENT = error_document("[root cause] RuntimeError: boom", timestamp_ns=BASE_NS + 7)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +80,7 @@ def test_any_name_gives_one_safe_path_segment(name: str) -> None:
 @given(st.text(max_size=300))
 def test_no_name_moves_the_error_file_out_of_the_prefix(name: str) -> None:
     prefix = "/bucket/run/out"
-    file_name = per_worker_file_name(name, TOKEN)
+    file_name = per_worker_file_name(name, TOKEN, DOCUMENT)
     assert PER_WORKER_NAME.fullmatch(file_name)
     joined = os.path.normpath(f"{prefix}/{file_name}")
     assert os.path.dirname(joined) == prefix
@@ -110,4 +112,15 @@ def test_worker_name_comes_from_the_backend_then_the_host() -> None:
 
 def test_file_name_token_must_be_a_plain_token() -> None:
     with pytest.raises(ValueError, match="token"):
-        per_worker_file_name("w", "../x")
+        per_worker_file_name("w", "../x", DOCUMENT)
+
+
+def test_file_name_carries_the_role_and_time_the_reader_will_parse() -> None:
+    candidate = per_worker_file_name("pod-1", TOKEN, DOCUMENT)
+    assert candidate == f"error-pod-1-{TOKEN}.rc1c{BASE_NS + 7}.pb"
+    victim = error_document("[victim] connection closed by peer", timestamp_ns=None)
+    assert per_worker_file_name("pod-2", TOKEN, victim) == f"error-pod-2-{TOKEN}.rc1vn.pb"
+
+
+def test_a_document_the_reader_would_skip_gets_a_plain_name() -> None:
+    assert per_worker_file_name("pod-1", TOKEN, b"not a document") == f"error-pod-1-{TOKEN}.pb"

@@ -28,10 +28,11 @@ from tests.entrypoint_tasks.harness import (
 )
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS
 from tests.object_stores import ObjectStore
+from tests.reader_support import per_worker_name_pattern
 
 pytestmark = pytest.mark.slow
 
-PER_WORKER = re.compile(r"^error-(?P<worker>[A-Za-z0-9_.-]+)-(?P<token>[0-9a-f]{32})\.pb$")
+PER_WORKER = per_worker_name_pattern()
 FLYTEKIT_PER_POD = re.compile(r"^error-[0-9a-f]{32}\.pb$")
 EXACT_TIME = divmod(DEFAULT_TIMESTAMP_NS, 1_000_000_000)
 

@@ -9,7 +9,6 @@ raises, and the patched entrypoint writes the root cause.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from collections import OrderedDict
@@ -27,6 +26,7 @@ from flytekitplugins_rootcause.report import format_time
 from tests.entrypoint_tasks import elastic, plain
 from tests.entrypoint_tasks.harness import BIN_DIR, REPO_ROOT, list_names, new_prefixes, pod_env, read_error
 from tests.object_stores import ObjectStore
+from tests.reader_support import per_worker_name_pattern
 
 SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image(), project="p", domain="d", version="v1")
 FAST = (
@@ -94,7 +94,7 @@ def test_serialized_command_runs_a_real_elastic_launch_through_the_patched_entry
     assert completed.returncode == 0, completed.stderr[-5000:]
 
     names = list_names(file_store, prefixes.output)
-    per_worker = [name for name in names if re.fullmatch(r"error-pytorchjob-0-worker-0-[0-9a-f]{32}\.pb", name)]
+    per_worker = [name for name in names if per_worker_name_pattern("pytorchjob-0-worker-0").fullmatch(name)]
     assert len(per_worker) == 1 and sorted(names) == sorted([*per_worker, "error.pb"])
     error = read_error(file_store, f"{prefixes.output}/error.pb")
     assert error.kind == errors_pb2.ContainerError.NON_RECOVERABLE

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from flyteidl.core import execution_pb2
 
+from backend_reader.listing_keys import keyed_file_name, listing_key_for
 from tests.object_stores import ObjectStore
 from tests.reader_support import BASE_NS, error_document, write_files
 
@@ -26,12 +27,18 @@ def run_cli(store: ObjectStore, *args: str) -> subprocess.CompletedProcess[bytes
     return subprocess.run([CLI, "read", *args], capture_output=True, env=env, timeout=120)
 
 
+ROOT_CAUSE = error_document("[root cause] ValueError: bad shard", worker="a")
+VICTIM = error_document("[victim] SIGTERM", worker="b", timestamp_ns=BASE_NS - 5)
+# Named as the plugin names them (role and time in the name), so --format proto reads by name.
+ROOT_CAUSE_NAME = keyed_file_name("error-a-1", listing_key_for(ROOT_CAUSE))
+
+
 def write_failed_task(store: ObjectStore) -> str:
     """A root cause, a victim, an old untimed file and a corrupt file; returns the prefix."""
     prefix = store.new_prefix("cli")
     files = [
-        (f"{prefix}/error-a-1.pb", error_document("[root cause] ValueError: bad shard", worker="a")),
-        (f"{prefix}/error-b-2.pb", error_document("[victim] SIGTERM", worker="b", timestamp_ns=BASE_NS - 5)),
+        (f"{prefix}/{ROOT_CAUSE_NAME}", ROOT_CAUSE),
+        (f"{prefix}/{keyed_file_name('error-b-2', listing_key_for(VICTIM))}", VICTIM),
         (f"{prefix}/error-old.pb", error_document("RuntimeError", worker=None, timestamp_ns=None)),
         (f"{prefix}/error-bad.pb", b"\x0a"),
     ]
@@ -49,7 +56,7 @@ def test_json_output(any_store: ObjectStore) -> None:
     error = out["error"]
     assert set(error) == {"code", "message", "kind", "worker", "timestamp", "error_uri", "is_recoverable"}
     assert (error["worker"], error["kind"], error["is_recoverable"]) == ("a", "USER", False)
-    assert error["error_uri"] == f"{failed_task}/error-a-1.pb" and RFC3339_NS.match(error["timestamp"])
+    assert error["error_uri"] == f"{failed_task}/{ROOT_CAUSE_NAME}" and RFC3339_NS.match(error["timestamp"])
     roles = [(f["worker"], f["role"]) for f in out["failures"]]
     assert roles == [("a", "root-cause"), ("", "candidate"), ("b", "victim")]
     for failure in out["failures"]:
@@ -65,6 +72,7 @@ def test_proto_output_is_the_execution_error(file_store: ObjectStore) -> None:
     error = execution_pb2.ExecutionError()
     error.ParseFromString(done.stdout)
     assert error.worker == "a" and error.message.startswith("[root cause] ValueError")
+    assert error.error_uri == f"{failed_task}/{ROOT_CAUSE_NAME}"
     assert error.timestamp.seconds * 10**9 + error.timestamp.nanos == BASE_NS
 
 

@@ -1,0 +1,89 @@
+"""Which error files ``read_error`` downloads, batch by batch: the pure half of the root-cause read.
+
+Files whose names carry a listing key (``backend_reader.listing_keys``) are grouped by that key's
+role and time; files without one can hold anything, so they are always read. Reading goes:
+
+1. every unkeyed file and the lowest keyed group (its files tie on role and time, and the full rule
+   breaks the tie by rank, worker and file);
+2. the next group only while the best failure read so far does not sort before it: that happens
+   when every file of the earlier groups was unusable (corrupt, deleted, unreadable), or when an
+   unkeyed file ties with the next group;
+3. everything left at once if a file read disagrees with its own name: names cannot be trusted
+   then, and the answer must not depend on them.
+
+The result equals reading every file (tests check this on random listings), with one listing and,
+for a run of our writers, one download.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable
+
+from backend_reader.documents import FailureRecord
+from backend_reader.listing_keys import ListingKey, listing_key_of
+from backend_reader.ordering import role_time_key
+from backend_reader.storage import ObjectInfo
+
+Listed = tuple[str, ObjectInfo]
+
+
+@dataclasses.dataclass
+class _Group:
+    key: ListingKey
+    files: list[Listed]
+
+
+class RootCauseReadPlan:
+    """Hands out batches of listed files to read; feed it what was read to get the next batch."""
+
+    def __init__(self, listed: Iterable[Listed]) -> None:
+        self._unkeyed: list[Listed] = []
+        self._keys: dict[str, ListingKey] = {}
+        groups: dict[tuple[int, int, int], _Group] = {}
+        for uri, info in listed:
+            key = listing_key_of(info.name)
+            if key is None:
+                self._unkeyed.append((uri, info))
+                continue
+            self._keys[uri] = key
+            groups.setdefault(key.sort_key, _Group(key, [])).files.append((uri, info))
+        self._groups = collections.deque(groups[sort_key] for sort_key in sorted(groups))
+        self._started = False
+
+    def first_batch(self) -> list[Listed]:
+        """The unkeyed files and the lowest keyed group."""
+        if self._started:
+            raise RuntimeError("first_batch() was already called")
+        self._started = True
+        batch, self._unkeyed = self._unkeyed, []
+        if self._groups:
+            batch += self._groups.popleft().files
+        return batch
+
+    def next_batch(self, just_read: Iterable[FailureRecord], best: FailureRecord | None) -> list[Listed]:
+        """What to read after a batch, given the failures it gave and the best failure so far.
+
+        Everything left if one of them disagrees with its own file's name; otherwise the next group
+        if it may still hold the root cause; otherwise nothing: the root cause is known.
+        """
+        if self._contradicted(just_read):
+            return self._rest()
+        if not self._groups:
+            return []
+        if best is not None and role_time_key(best.role, best.timestamp_ns) < self._groups[0].key.sort_key:
+            return []
+        return self._groups.popleft().files
+
+    def _rest(self) -> list[Listed]:
+        batch = [item for group in self._groups for item in group.files]
+        self._groups.clear()
+        return batch
+
+    def _contradicted(self, failures: Iterable[FailureRecord]) -> bool:
+        for failure in failures:
+            key = self._keys.get(failure.error_uri)
+            if key is not None and not key.agrees_with(failure):
+                return True
+        return False
