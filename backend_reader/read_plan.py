@@ -50,31 +50,25 @@ class RootCauseReadPlan:
             self._keys[uri] = key
             groups.setdefault(key.sort_key, _Group(key, [])).files.append((uri, info))
         self._groups = collections.deque(groups[sort_key] for sort_key in sorted(groups))
-        self._started = False
-
-    def first_batch(self) -> list[Listed]:
-        """The unkeyed files and the lowest keyed group."""
-        if self._started:
-            raise RuntimeError("first_batch() was already called")
-        self._started = True
-        batch, self._unkeyed = self._unkeyed, []
-        if self._groups:
-            batch += self._groups.popleft().files
-        return batch
 
     def next_batch(self, just_read: Iterable[FailureRecord], best: FailureRecord | None) -> list[Listed]:
-        """What to read after a batch, given the failures it gave and the best failure so far.
+        """What to read next, given the failures the last batch gave and the best failure so far.
 
-        Everything left if one of them disagrees with its own file's name; otherwise the next group
-        if it may still hold the root cause; otherwise nothing: the root cause is known.
+        The first call (nothing read, no best) gives the unkeyed files and the lowest keyed group.
+        Later calls give everything left if a failure just read disagrees with its own file's name;
+        otherwise the next group if it may still hold the root cause; otherwise nothing: the root
+        cause is known.
         """
         if self._contradicted(just_read):
             return self._rest()
-        if not self._groups:
-            return []
-        if best is not None and role_time_key(best.role, best.timestamp_ns) < self._groups[0].key.sort_key:
-            return []
-        return self._groups.popleft().files
+        batch, self._unkeyed = self._unkeyed, []
+        if self._groups and self._next_group_may_win(best):
+            batch += self._groups.popleft().files
+        return batch
+
+    def _next_group_may_win(self, best: FailureRecord | None) -> bool:
+        """False once the best failure read sorts before the next group's role and time."""
+        return best is None or role_time_key(best.role, best.timestamp_ns) >= self._groups[0].key.sort_key
 
     def _rest(self) -> list[Listed]:
         batch = [item for group in self._groups for item in group.files]

@@ -121,10 +121,7 @@ class RemoteFileOutputReader:
 
     async def read_all_async(self) -> ReadResult:
         """One pass over the error files: every failure, every skipped file, waited as configured."""
-        async with self._storage() as storage:
-            listed = await self._list_error_files(storage)
-            listed = await self._settle(storage, listed)
-            return await self._read_listed(storage, listed)
+        return await self._read_settled(self._read_listed)
 
     async def read_root_cause_async(self) -> ReadResult:
         """The root cause alone, from as few downloads as the files' names allow.
@@ -134,10 +131,7 @@ class RemoteFileOutputReader:
         the one reading every file gives. The result's ``failures`` holds only that one (or none),
         and ``skipped`` only the unusable files among those read (all of them when none was usable).
         """
-        async with self._storage() as storage:
-            listed = await self._list_error_files(storage)
-            listed = await self._settle(storage, listed)
-            return await self._read_root_cause(storage, listed)
+        return await self._read_settled(self._read_root_cause)
 
     async def read_error_async(self) -> ExecutionErrorResult:
         """The task's error: the root cause's ``ExecutionError`` (see ``ReadResult.execution_error``),
@@ -250,6 +244,15 @@ class RemoteFileOutputReader:
             listed = await self._list_error_files(storage)
         return listed
 
+    async def _read_settled(
+        self, read: Callable[[Storage, list[tuple[str, ObjectInfo]]], Awaitable[ReadResult]]
+    ) -> ReadResult:
+        """List the error files, wait for late ones as configured, then ``read`` what was listed."""
+        async with self._storage() as storage:
+            listed = await self._list_error_files(storage)
+            listed = await self._settle(storage, listed)
+            return await read(storage, listed)
+
     async def _read_listed(self, storage: Storage, listed: list[tuple[str, ObjectInfo]]) -> ReadResult:
         """Read every listed file."""
         reads = self._batch_reader(storage, listed)
@@ -260,10 +263,9 @@ class RemoteFileOutputReader:
         """Read only what can still hold the root cause (see ``read_root_cause_async``)."""
         reads = self._batch_reader(storage, listed)
         plan = RootCauseReadPlan(reads.readable)
-        batch = plan.first_batch()
-        while batch:
+        failures: list[FailureRecord] = []
+        while batch := plan.next_batch(failures, reads.collector.best):
             failures = await reads.read(batch)
-            batch = plan.next_batch(failures, reads.collector.best)
         result = reads.result()
         return dataclasses.replace(result, failures=result.failures[:1])
 

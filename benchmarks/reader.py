@@ -64,31 +64,22 @@ def child_rootcause(endpoint: str, max_concurrency: int, call: str) -> dict[str,
     """``read_error``: propeller's call (the root cause; downloads only what can still win);
     ``read_all``: every failure, so every file is downloaded."""
     from backend_reader import RemoteFileOutputReader
-    from backend_reader.storage import Storage
+    from tests.reader_support import counting_downloads
 
-    downloads = 0
-    original_read = Storage.read
-
-    async def counted_read(storage: Storage, path: str) -> bytes:
-        nonlocal downloads
-        downloads += 1
-        return await original_read(storage, path)
-
-    Storage.read = counted_read  # type: ignore[method-assign]
     reader = RemoteFileOutputReader(
         f"gs://{BUCKET}/{KEY_PREFIX}",
         storage_options={"token": "anon", "endpoint_url": endpoint},
         max_concurrency=max_concurrency,
     )
-    started = time.perf_counter()
-    if call == "read_error":
-        outcome = reader.read_error()
+    with counting_downloads() as downloads:
+        started = time.perf_counter()
+        if call == "read_error":
+            root = reader.read_error().execution_error.worker
+        else:
+            failure = reader.read_all().root_cause
+            root = failure.worker if failure else ""
         wall = time.perf_counter() - started
-        return {"wall_s": wall, "downloads": downloads, "root": outcome.execution_error.worker}
-    result = reader.read_all()
-    wall = time.perf_counter() - started
-    root = result.root_cause
-    return {"wall_s": wall, "downloads": downloads, "root": root.worker if root else ""}
+    return {"wall_s": wall, "downloads": len(downloads), "root": root}
 
 
 def child_sequential(endpoint: str, limit: int | None) -> dict[str, object]:

@@ -6,17 +6,20 @@ No tests here; the module name follows the reader tests' naming so it stays in t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 import struct
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import fsspec
 from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import timestamp_pb2
+
+from backend_reader.storage import Storage
 
 NS = 1_000_000_000
 BASE_NS = 1_790_000_000 * NS  # a fixed moment in 2026, so tests never depend on the clock
@@ -89,6 +92,24 @@ def write_files(
             await session.close()
 
     asyncio.run(run())
+
+
+@contextlib.contextmanager
+def counting_downloads() -> Iterator[list[str]]:
+    """Record the store path of every download the reader makes (``Storage.read``) inside the block;
+    used by the reader tests and the benchmark to show what the listing keys save."""
+    paths: list[str] = []
+    original = Storage.read
+
+    async def counted(storage: Storage, path: str) -> bytes:
+        paths.append(path)
+        return await original(storage, path)
+
+    Storage.read = counted  # type: ignore[method-assign]
+    try:
+        yield paths
+    finally:
+        Storage.read = original  # type: ignore[method-assign]
 
 
 class LoopbackProxy:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 import backend_reader
 
 FORBIDDEN = ("flytekit", "flytekitplugins_rootcause", "torch")
+PACKAGE_DIR = Path(backend_reader.__file__).resolve().parent
+MODULE_FILES = sorted(PACKAGE_DIR.glob("*.py"))
 
 
 def forbidden(module: str) -> bool:
@@ -19,7 +25,7 @@ def forbidden(module: str) -> bool:
 
 
 def test_importing_every_module_pulls_in_neither_flytekit_nor_torch() -> None:
-    modules = sorted(f"backend_reader.{p.stem}" for p in Path(backend_reader.__file__).parent.glob("*.py"))
+    modules = [f"backend_reader.{path.stem}" for path in MODULE_FILES]
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
@@ -30,34 +36,31 @@ def test_importing_every_module_pulls_in_neither_flytekit_nor_torch() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def imports_in(path: Path) -> list[tuple[str, int]]:
+    """(module name, relative level) of every import statement in a file, nested ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, node.level))
+    return found
+
+
 def test_no_module_names_flytekit_or_torch_in_an_import() -> None:
     """Also catches imports inside functions, which the subprocess check would not execute."""
-    for path in Path(backend_reader.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            assert not [n for n in names if forbidden(n) or n == "flytekitplugins"], f"{path.name}: {names}"
+    for path in MODULE_FILES:
+        names = [name for name, _ in imports_in(path)]
+        assert not [n for n in names if forbidden(n) or n == "flytekitplugins"], f"{path.name}: {names}"
 
 
 def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencies(tmp_path: Path) -> None:
     """``distributions/backend-reader`` builds a wheel a backend service installs without flytekit or
     torch: it holds exactly the repository's ``backend_reader`` modules, and declares a dependency
     for every third-party package they import."""
-    import importlib.metadata
-    import zipfile
-
-    from packaging.requirements import Requirement
-
-    root = Path(backend_reader.__file__).resolve().parent.parent
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-         str(root / "distributions" / "backend-reader")],
-        check=True,
-        capture_output=True,
-    )
+    root = PACKAGE_DIR.parent
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
+    subprocess.run([*build, str(root / "distributions" / "backend-reader")], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -65,7 +68,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
         metadata = archive.read(metadata_name).decode()
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
     shipped = sorted(name for name in names if not name.split("/")[0].endswith(".dist-info"))
-    assert shipped == sorted(f"backend_reader/{path.name}" for path in (root / "backend_reader").glob("*.py"))
+    assert shipped == sorted(f"backend_reader/{path.name}" for path in MODULE_FILES)
     assert "rootcause-reader = backend_reader.cli:main" in entry_points
 
     required = {
@@ -75,13 +78,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
     }
     assert not [name for name in required if forbidden(name.replace("-", "_"))]
     distributions = importlib.metadata.packages_distributions()
-    imported: set[str] = set()
-    for path in (root / "backend_reader").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module.split(".")[0])
+    imported = {name.split(".")[0] for path in MODULE_FILES for name, level in imports_in(path) if not level}
     third_party = {name for name in imported if name in distributions and name != "backend_reader"}
     for module in sorted(third_party):
         owners = {owner.lower().replace("_", "-") for owner in distributions[module]}

@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend_reader import RemoteFileOutputReader, Role
+from backend_reader.documents import parse_error_document
 from backend_reader.listing_keys import ListingKey, keyed_file_name, listing_key_for, listing_key_of
 from backend_reader.read_plan import RootCauseReadPlan
-from backend_reader.storage import ObjectInfo, Storage
-from tests.reader_support import BASE_NS, NS, error_document
+from backend_reader.storage import ObjectInfo
+from tests.reader_support import BASE_NS, NS, counting_downloads, error_document
 
 UUID = "0123456789abcdef0123456789abcdef"
 
@@ -31,20 +32,6 @@ def keyed_name(worker: str, document: bytes) -> str:
 def write(folder: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         (folder / name).write_bytes(data)
-
-
-class CountingReads:
-    """Counts ``Storage.read`` calls (downloads) made while it is installed."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.paths: list[str] = []
-        original = Storage.read
-
-        async def counted(storage: Storage, path: str) -> bytes:
-            self.paths.append(path)
-            return await original(storage, path)
-
-        monkeypatch.setattr(Storage, "read", counted)
 
 
 def same_answer(folder: Path, **kwargs: object) -> tuple[str, str]:
@@ -123,16 +110,14 @@ def test_plan_reads_unkeyed_files_and_the_lowest_group_first() -> None:
         f"error-{UUID}.pb",
     ]
     plan = RootCauseReadPlan(listed(*names))
-    first = sorted(name for _, info in plan.first_batch() for name in [info.name])
+    first = sorted(name for _, info in plan.next_batch([], None) for name in [info.name])
     assert first == sorted([names[2], names[3], "error.pb", f"error-{UUID}.pb"])
 
 
 def test_plan_goes_on_only_while_the_next_group_could_still_win() -> None:
-    from backend_reader.documents import parse_error_document
-
     names = [key_name("a", Role.CANDIDATE, 10), key_name("b", Role.CANDIDATE, 20), key_name("c", Role.VICTIM, 5)]
     plan = RootCauseReadPlan(listed(*names))
-    assert [info.name for _, info in plan.first_batch()] == [names[0]]
+    assert [info.name for _, info in plan.next_batch([], None)] == [names[0]]
     # Nothing usable yet (say the first file was corrupt): the next group is needed.
     assert [info.name for _, info in plan.next_batch([], None)] == [names[1]]
     best = parse_error_document(error_document("[root cause] b", timestamp_ns=20), f"/out/{names[1]}")
@@ -140,11 +125,9 @@ def test_plan_goes_on_only_while_the_next_group_could_still_win() -> None:
 
 
 def test_plan_reads_everything_left_when_a_name_lies() -> None:
-    from backend_reader.documents import parse_error_document
-
     names = [key_name("a", Role.CANDIDATE, 10), key_name("b", Role.CANDIDATE, 20), key_name("c", Role.VICTIM, 5)]
     plan = RootCauseReadPlan(listed(*names))
-    plan.first_batch()
+    plan.next_batch([], None)
     lying = parse_error_document(error_document("[victim] SIGTERM", timestamp_ns=10), f"/out/{names[0]}")
     rest = plan.next_batch([lying], lying)  # type: ignore[list-item, arg-type]
     assert sorted(info.name for _, info in rest) == sorted(names[1:])
@@ -153,9 +136,7 @@ def test_plan_reads_everything_left_when_a_name_lies() -> None:
 # ---------------------------------------------------------------------- the reads
 
 
-def test_read_error_downloads_only_the_root_cause_and_unkeyed_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_read_error_downloads_only_the_root_cause_and_unkeyed_files(tmp_path: Path) -> None:
     files = {}
     for index in range(200):
         victim = index % 3 == 0
@@ -165,10 +146,10 @@ def test_read_error_downloads_only_the_root_cause_and_unkeyed_files(
     old = error_document("RuntimeError: from an old writer", worker=None, timestamp_ns=None)
     files[f"error-{UUID}.pb"] = old
     write(tmp_path, files)
-    reads = CountingReads(monkeypatch)
-    outcome = RemoteFileOutputReader(str(tmp_path)).read_error()
+    with counting_downloads() as downloads:
+        outcome = RemoteFileOutputReader(str(tmp_path)).read_error()
     assert outcome.execution_error.worker == "pod-199"  # the earliest candidate (index 198 is a victim)
-    assert sorted(Path(path).name for path in reads.paths) == sorted(
+    assert sorted(Path(path).name for path in downloads) == sorted(
         [f"error-{UUID}.pb", next(name for name in files if name.startswith("error-pod-199-"))]
     )
     fast, full = same_answer(tmp_path)
@@ -188,7 +169,7 @@ def test_a_corrupt_first_group_falls_through_to_the_next(tmp_path: Path) -> None
     assert outcome.execution_error.worker == "b"
 
 
-def test_a_lying_name_makes_the_reader_read_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lying_name_makes_the_reader_read_everything(tmp_path: Path) -> None:
     # Named as the earliest candidate, but the content is a victim: names cannot be trusted then.
     lying = error_document("[victim] SIGTERM", worker="liar", timestamp_ns=BASE_NS)
     honest = [
@@ -198,9 +179,9 @@ def test_a_lying_name_makes_the_reader_read_everything(tmp_path: Path, monkeypat
     files = {key_name("liar", Role.CANDIDATE, BASE_NS): lying}
     files.update({keyed_name(f"pod-{index}", document): document for index, document in enumerate(honest)})
     write(tmp_path, files)
-    reads = CountingReads(monkeypatch)
-    assert RemoteFileOutputReader(str(tmp_path)).read_error().execution_error.worker == "pod-0"
-    assert len(reads.paths) == 6
+    with counting_downloads() as downloads:
+        assert RemoteFileOutputReader(str(tmp_path)).read_error().execution_error.worker == "pod-0"
+    assert len(downloads) == 6
 
 
 def test_ties_on_role_and_time_are_broken_by_the_full_rule(tmp_path: Path) -> None:
