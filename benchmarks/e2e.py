@@ -13,13 +13,19 @@ with one fault, twice:
   a missing timestamp counts as 1970, ties by file name.
 
 A trial is correct when the decided worker is the pod the fault was injected into. Printed: the
-share correct per fault kind, and the median time from the fault to the last pod's exit.
+share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
+this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
+agent noticed the failure, -> its surviving workers ended, -> its root-cause report was raised (all
+three from the agent timeline line of the pod's error document), -> the error document uploaded
+(its modification time), -> the pod process exited.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -62,8 +68,51 @@ def fault_for(kind: FaultKind, trial: int) -> Fault:
     return Fault(kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0)
 
 
+_TIMELINE_RE = re.compile(r"Agent timeline \(after the root cause\): (.*)")
+_STEP_RE = re.compile(r"(noticed the failure|survivors ended|reported) ([+-][0-9.]+) s")
+_WHEN_RE = re.compile(r" failed at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{9})Z")
+PHASES = ("noticed", "ended", "reported", "uploaded", "exited")
+
+
+def pod_phases(result: JobResult) -> dict[str, dict[str, float]]:
+    """Per pod, seconds from the fault to: its agent noticing, survivors ended, report, upload, exit.
+
+    Read from what a pod leaves: the agent timeline line of its error document (offsets from that
+    document's root-cause time), the document's modification time (upload) and the pod's exit.
+    """
+    fault = result.fault_ns or 0
+    phases: dict[str, dict[str, float]] = {pod.name: {"exited": (pod.exited_ns - fault) / 1e9} for pod in result.pods}
+    fs = fsspec.filesystem("file")
+    for path in fs.glob(f"{result.output_prefix}/error-*.pb"):
+        document = errors_pb2.ErrorDocument()
+        document.ParseFromString(fs.cat_file(path))
+        pod = document.error.worker
+        if pod not in phases:
+            continue
+        phases[pod]["uploaded"] = (fs.info(path)["mtime"] * 1e9 - fault) / 1e9
+        message = document.error.message
+        when, timeline = _WHEN_RE.search(message), _TIMELINE_RE.search(message)
+        if when is None or timeline is None:
+            continue
+        moment = datetime.datetime.strptime(when.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.UTC)
+        root_ns = int(moment.timestamp()) * 1_000_000_000 + int(when.group(2))
+        names = {"noticed the failure": "noticed", "survivors ended": "ended", "reported": "reported"}
+        for name, offset in _STEP_RE.findall(timeline.group(1)):
+            phases[pod][names[name]] = (root_ns - fault) / 1e9 + float(offset)
+    return phases
+
+
+def _quantiles(values: list[float]) -> str:
+    if not values:
+        return f"{'n/a':>13}"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return f"{statistics.median(ordered):5.2f}/{p90:5.2f} s"
+
+
 def run_kind(kind: FaultKind, trials: int, root: Path) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
+    breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
     for trial in range(trials):
         fault = fault_for(kind, trial)
         for label, task, aggregation, decide in (
@@ -74,13 +123,21 @@ def run_kind(kind: FaultKind, trials: int, root: Path) -> None:
                            fault=fault, aggregation=aggregation)
             result = run_job(spec, work_dir=root / "pods")
             outcomes[label].append((decide(result) == result.injected_worker, result.fault_to_exit_s))
+            if label == "plugin" and result.fault_ns is not None:
+                phases = pod_phases(result)
+                last = max(result.pods, key=lambda pod: pod.exited_ns).name
+                for which, pod in (("faulty pod", fault.pod), ("last pod", last)):
+                    for phase, seconds in phases.get(pod, {}).items():
+                        breakdown[which].setdefault(phase, []).append(seconds)
     cells = []
     for label in ("plugin", "baseline"):
         ok = sum(correct for correct, _ in outcomes[label])
         times = [t for _, t in outcomes[label] if t is not None]
-        median = f"{statistics.median(times):.1f} s" if times else "n/a"
-        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {median}")
-    print(f"{kind.value:<10} {cells[0]:>28} {cells[1]:>28}", flush=True)
+        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {_quantiles(times)}")
+    print(f"{kind.value:<10} {cells[0]:>30} {cells[1]:>30}", flush=True)
+    for which, phases in breakdown.items():
+        row = " ".join(f"{phase} {_quantiles(phases.get(phase, []))}" for phase in PHASES)
+        print(f"{'':<10}   {which:<10} fault -> {row}", flush=True)
 
 
 def main() -> None:
@@ -90,8 +147,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-"))
-    print(f"{args.trials} trials per kind; 2 pods x 2 workers; correct worker and median fault->all pods exited")
-    print(f"{'fault':<10} {'this plugin':>28} {'Elastic + Go rule':>28}")
+    print(f"{args.trials} trials per kind; 2 pods x 2 workers; correct worker, median/p90 fault -> all pods exited")
+    print("breakdown (this plugin, median/p90 from the fault): the faulty pod and the last pod to exit")
+    print(f"{'fault':<10} {'this plugin':>30} {'Elastic + Go rule':>30}")
     for kind in args.kinds.split(","):
         run_kind(FaultKind(kind), args.trials, root)
 

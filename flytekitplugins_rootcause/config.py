@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 #: How often the agent polls its workers. kfpytorch's default (5 s) delays teardown of the surviving
 #: workers; exact failure times come from the death watcher, so this only bounds teardown latency.
 #: ``benchmarks/elastic_rootcause.py`` measures the cost of polling this often.
-DEFAULT_MONITOR_INTERVAL_S = 0.5
+DEFAULT_MONITOR_INTERVAL_S = 0.2
 
 #: Seconds between SIGTERM and SIGKILL when the agent tears down the surviving workers
 #: (torch 2.13 waits a hard-coded 30 s on the function-launch path).

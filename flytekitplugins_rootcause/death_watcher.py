@@ -103,6 +103,22 @@ class DeathWatcher:
         with self._lock:
             return self._exits.get(pid)
 
+    def confirm_exit(self, pid: int) -> ProcessExit | None:
+        """Ask the kernel now, from the caller's thread, whether ``pid`` has exited; record it if so.
+
+        The watcher thread is the precise source, but the agent watchdog must not depend on it
+        alone (a thread starved of CPU, or one that stopped on an error, would blind it). A child
+        that exited is recorded now with its status; one that is no longer our child at all was
+        already reaped by torch, and is recorded as exited with an unknown status.
+        """
+        known = self.exit_of(pid)
+        if known is not None:
+            return known
+        running = _still_running(pid)
+        if running is False or running is None:
+            self._record(pid, time.time_ns())
+        return self.exit_of(pid)
+
     def close(self) -> None:
         """Stop the thread and release its file descriptors (idempotent)."""
         if self._stop.is_set():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing.connection
+import os
 import signal
 import threading
 import time
@@ -63,8 +64,11 @@ class LaunchObserver:
         self._lock = threading.Lock()
         self._workers: list[LaunchedWorker] = []
         self._teardown_ns: dict[int, int] = {}
+        self._teardown_done_ns: dict[int, int] = {}
         self._contexts: dict[int, Any] = {}
         self._rendezvous_since_ns: int | None = None
+        self._exit_barrier_since_ns: int | None = None
+        self._exit_barrier_left_ns: int | None = None
 
     @property
     def workers(self) -> list[LaunchedWorker]:
@@ -88,6 +92,15 @@ class LaunchObserver:
         with self._lock:
             return self._teardown_ns.setdefault(attempt, time.time_ns())
 
+    def note_teardown_done(self, attempt: int) -> None:
+        """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
+        with self._lock:
+            self._teardown_done_ns.setdefault(attempt, time.time_ns())
+
+    def teardown_done_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._teardown_done_ns.get(attempt)
+
     @property
     def rendezvous_since_ns(self) -> int | None:
         """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
@@ -97,6 +110,49 @@ class LaunchObserver:
     def on_rendezvous(self, entered: bool) -> None:
         with self._lock:
             self._rendezvous_since_ns = time.time_ns() if entered else None
+
+    @property
+    def exit_barrier_since_ns(self) -> int | None:
+        """When the agent entered torch's exit barrier (waiting for other pods); ``None`` outside it."""
+        with self._lock:
+            return self._exit_barrier_since_ns
+
+    @property
+    def exit_barrier_left_ns(self) -> int | None:
+        """When the agent last left torch's exit barrier; ``None`` if it never did."""
+        with self._lock:
+            return self._exit_barrier_left_ns
+
+    def on_exit_barrier(self, entered: bool) -> None:
+        with self._lock:
+            now = time.time_ns()
+            if entered:
+                self._exit_barrier_since_ns = now
+            else:
+                self._exit_barrier_since_ns, self._exit_barrier_left_ns = None, now
+
+    def results_delivered(self, attempt: int) -> bool | None:
+        """Whether torch has collected every worker's return value in ``attempt`` (function launches).
+
+        A function worker hands its return value to the agent and then waits for torch's "finished"
+        event before it exits, so a worker that exits before that event, whatever its exit code,
+        ended without returning (``sys.exit(0)``, ``os._exit(0)``, an interrupt). ``None`` for binary
+        launches, whose workers may legitimately exit 0 one by one.
+        """
+        with self._lock:
+            pcontext = self._contexts.get(attempt)
+        event = getattr(pcontext, "_worker_finished_event", None)
+        return None if event is None else bool(event.is_set())
+
+    def exited_without_result(self, worker: LaunchedWorker) -> bool:
+        """The worker exited with code 0 although its attempt's results were never delivered."""
+        if self.results_delivered(worker.attempt) is not False:
+            return False
+        exit_ = self.exit_of(worker)
+        if exit_ is None or exit_.signal_number is not None:
+            return False
+        code = exit_.exitcode if exit_.exitcode is not None else self.torch_exitcode(worker)
+        return code == 0
 
     def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
         return self.watcher.exit_of(worker.pid)
@@ -153,6 +209,7 @@ class LaunchObserver:
             if grace is not None:
                 timeout = min(timeout, grace)
             original_close(death_sig, timeout)
+            self.note_teardown_done(attempt)
 
         pcontext.close = close
 
@@ -163,11 +220,18 @@ class LaunchObserver:
         sends SIGTERM to the others and waits 30 s before SIGKILL (``grace_period=None``). This
         wrapper does the same wait on the sentinels first; if a worker failed, it notes teardown,
         runs torch's own ``_close`` with the configured grace, and puts the failed worker's sentinel
-        first, so that torch's join (which now finds every worker gone) reports that worker.
+        first, so that torch's join (which now finds every worker gone) reports that worker. A worker
+        whose error file exists has failed even before its process exits (it is unwinding).
+
+        A worker that exits with code 0 before torch collected every return value failed too (it
+        never returned: ``sys.exit(0)``, ``os._exit(0)``, SIGINT). torch's join counts it as a
+        success and pops its sentinel, and its monitor loop then reads HEALTHY for as long as any
+        other worker lives, or forever once none does (it waits for a return value that never
+        comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
         """
         grace = self.teardown_grace_s
         process_context = getattr(pcontext, "_pc", None)
-        if grace is None or process_context is None or not hasattr(process_context, "sentinels"):
+        if process_context is None or not hasattr(process_context, "sentinels"):
             return
         original_join: Callable[..., bool] = process_context.join
 
@@ -175,11 +239,21 @@ class LaunchObserver:
             sentinels: dict[Any, int] = process_context.sentinels
             if sentinels:
                 ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
-                failed = _failed_indices(process_context, [sentinels[s] for s in ready])
+                for sentinel in ready:
+                    # Record each exit now, before it is reaped and before teardown is noted: a watcher
+                    # thread starved of CPU would otherwise stamp it after teardown began (a victim).
+                    self.watcher.confirm_exit(process_context.processes[sentinels[sentinel]].pid)
+                early_exit_fails = self.results_delivered(attempt) is False
+                exited = [sentinels[s] for s in ready]
+                failed = _failed_indices(process_context, exited, early_exit_fails)
+                failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
                 if failed:
-                    first = min(failed, key=lambda index: self._exit_ns(process_context, index))
+                    first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
                     self.note_teardown(attempt)
-                    pcontext._close(death_sig=signal.SIGTERM, timeout=grace)
+                    pcontext._close(death_sig=signal.SIGTERM, timeout=30 if grace is None else grace)
+                    self.note_teardown_done(attempt)
+                    if process_context.processes[first].exitcode == 0:
+                        raise _exited_without_result(process_context, first)
                     process_context.sentinels = {
                         s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)
                     }
@@ -188,21 +262,53 @@ class LaunchObserver:
 
         process_context.join = join
 
-    def _exit_ns(self, process_context: Any, index: int) -> int:
-        """When worker ``index`` exited (the watcher's time; now if the watcher has not seen it)."""
+    def _failure_ns(self, pcontext: Any, process_context: Any, index: int) -> int:
+        """When worker ``index`` failed: its exit (the watcher's time), else when its error file appeared."""
         exit_ = self.watcher.exit_of(process_context.processes[index].pid)
-        return exit_.exit_ns if exit_ is not None else time.time_ns()
+        if exit_ is not None:
+            return exit_.exit_ns
+        with contextlib.suppress(OSError, KeyError, TypeError):
+            return os.stat(pcontext.error_files[index]).st_mtime_ns
+        return time.time_ns()
 
 
-def _failed_indices(process_context: Any, indices: list[int]) -> list[int]:
-    """The ready workers among ``indices`` that exited with a non-zero status (reaping them)."""
+def _failed_indices(process_context: Any, indices: list[int], early_exit_fails: bool) -> list[int]:
+    """The ready workers among ``indices`` that failed (reaping them).
+
+    Failed: a non-zero status, or any exit at all while ``early_exit_fails`` (the attempt's return
+    values were not all collected, so even exit code 0 means the worker never returned).
+    """
     failed = []
     for index in indices:
         process = process_context.processes[index]
         process.join()  # its sentinel is ready: it has exited, this only reaps it (as torch does)
-        if process.exitcode != 0:
+        if process.exitcode != 0 or early_exit_fails:
             failed.append(index)
     return failed
+
+
+def _recorded_alive_indices(pcontext: Any, process_context: Any, exclude: list[int]) -> list[int]:
+    """Workers still running whose error file exists: they recorded an uncaught exception and are exiting.
+
+    The recorder writes the file only complete (``worker_recorder.write_complete``) and only for an
+    exception that ends the worker, so the agent need not wait for the interpreter's shutdown (which
+    can take seconds with a process group and data loaders) before it tears the others down.
+    """
+    error_files: dict[int, str] = getattr(pcontext, "error_files", {}) or {}
+    live = set(process_context.sentinels.values()) - set(exclude)
+    return [index for index in sorted(live) if error_files.get(index) and os.path.exists(error_files[index])]
+
+
+def _exited_without_result(process_context: Any, index: int) -> Exception:
+    """torch's own exception for a worker that exited 0 without returning (its ``_poll`` handles it)."""
+    from torch.multiprocessing import ProcessExitedException
+
+    process_context.sentinels = {s: i for s, i in process_context.sentinels.items() if i != index}
+    pid = process_context.processes[index].pid
+    return ProcessExitedException(
+        f"process {index:d} exited with code 0 before returning its result", error_index=index, error_pid=pid,
+        exit_code=0,
+    )
 
 
 @contextlib.contextmanager
@@ -221,16 +327,18 @@ def _class_attribute(owner: type, name: str, value: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
-    """Route the agent's ``start_processes`` and rendezvous through ``observer`` for a launch.
+    """Route the agent's ``start_processes``, rendezvous and exit barrier through ``observer``.
 
     The agent module looks ``start_processes`` up as a module global on every attempt, so
     replacing it there (and restoring it after) is the narrowest hook torch offers; the rendezvous
-    is a method of the agent class, wrapped on ``LocalElasticAgent`` for the launch only. An elastic
+    and the exit barrier are methods of the agent class, wrapped on ``LocalElasticAgent`` for the
+    launch only (the watchdog gives each phase its own time limit). An elastic
     launch runs once per agent process, so no other launch can see the replacements.
     """
     original = local_elastic_agent.start_processes
     agent_class = local_elastic_agent.LocalElasticAgent
     original_rendezvous = agent_class._rendezvous
+    original_exit_barrier = agent_class._exit_barrier
 
     def start_and_observe(*args: Any, **kwargs: Any) -> Any:
         pcontext = original(*args, **kwargs)
@@ -244,9 +352,19 @@ def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
         finally:
             observer.on_rendezvous(False)
 
+    def exit_barrier_and_observe(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        observer.on_exit_barrier(True)
+        try:
+            return original_exit_barrier(agent, *args, **kwargs)
+        finally:
+            observer.on_exit_barrier(False)
+
     local_elastic_agent.start_processes = start_and_observe
     try:
-        with _class_attribute(agent_class, "_rendezvous", rendezvous_and_observe):
+        with (
+            _class_attribute(agent_class, "_rendezvous", rendezvous_and_observe),
+            _class_attribute(agent_class, "_exit_barrier", exit_barrier_and_observe),
+        ):
             yield observer
     finally:
         local_elastic_agent.start_processes = original

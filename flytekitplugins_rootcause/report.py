@@ -105,6 +105,19 @@ def summary_line(failure: WorkerFailure) -> str:
     return f"{role_marker(failure.role)} {describe_worker(failure)} failed at {when}: {describe_ending(failure)}"
 
 
+def format_agent_timeline(root_ns: int | None, noticed_ns: int | None, ended_ns: int | None, reported_ns: int) -> str:
+    """One line: how long after the root cause this pod's agent noticed, ended its survivors, reported.
+
+    It tells a user where a slow failure went (detection, teardown or the report) without the pod
+    log; offsets are from the root cause's time, so they read the same in every pod's document.
+    """
+    steps = [("noticed the failure", noticed_ns), ("survivors ended", ended_ns), ("reported", reported_ns)]
+    if root_ns is None:
+        return "Agent timeline: unknown (the root cause has no time)"
+    parts = [f"{name} {(moment - root_ns) / 1e9:+.3f} s" for name, moment in steps if moment is not None]
+    return "Agent timeline (after the root cause): " + ", ".join(parts)
+
+
 def format_root_cause_message(failures: list[WorkerFailure]) -> str:
     """Full message: summary of the root cause, its traceback, then one line per other failure."""
     if not failures:

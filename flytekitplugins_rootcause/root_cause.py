@@ -9,13 +9,14 @@ of the last attempt and rank it (:func:`diagnose`), then build the timestamped F
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 from flytekitplugins_rootcause.evidence import gather_evidence
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from flytekitplugins_rootcause.failures import WorkerFailure
 from flytekitplugins_rootcause.launch_observer import LaunchObserver
-from flytekitplugins_rootcause.report import format_root_cause_message
+from flytekitplugins_rootcause.report import format_agent_timeline, format_root_cause_message
 from flytekitplugins_rootcause.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.worker_recorder import worker_name
 
@@ -40,3 +41,12 @@ def root_cause_error(
     if is_recoverable(failures):
         return ElasticRootCauseRecoverableError(message, failures)
     return ElasticRootCauseError(message, failures)
+
+
+def agent_timeline(observer: LaunchObserver, failures: list[WorkerFailure]) -> str:
+    """The report's line on when this pod's agent noticed, tore down and reported (``report.py``)."""
+    attempt = observer.last_attempt()
+    noticed = observer.teardown_ns(attempt) if attempt is not None else None
+    ended = observer.teardown_done_ns(attempt) if attempt is not None else None
+    root_ns = failures[0].timestamp_ns if failures else None
+    return format_agent_timeline(root_ns, noticed, ended, time.time_ns())

@@ -40,6 +40,14 @@ class WorkerEvidence:
     detection: Detection | None = None
     recoverable_marker: bool = False
     torch_exitcode: int | None = None  # from torch's process handle; negative N: signal N
+    exited_without_result: bool = False  # a function worker that exited 0 before returning
+
+
+#: Why a function worker that exited with code 0 before returning its result failed.
+EXITED_WITHOUT_RESULT = (
+    "exited with code 0 before returning its result (os._exit(0), or an interrupt that torch's worker "
+    "wrapper turns into exit code 0, ended it early)"
+)
 
 
 def _exit_status(evidence: WorkerEvidence) -> tuple[int | None, int | None]:
@@ -55,7 +63,7 @@ def _exit_status(evidence: WorkerEvidence) -> tuple[int | None, int | None]:
 
 
 def _failed(evidence: WorkerEvidence, exitcode: int | None, signal_number: int | None) -> bool:
-    if evidence.recorded is not None or signal_number is not None:
+    if evidence.recorded is not None or signal_number is not None or evidence.exited_without_result:
         return True
     if exitcode is not None:
         return exitcode != 0
@@ -94,7 +102,7 @@ def build_failure(
     recorded = evidence.recorded
     # torch's own text for a worker without an error file ("Signal 9 (SIGKILL) received by PID ...")
     # says less than the signal and exit code the report shows, so only a recorded message is kept.
-    message = recorded.message if recorded else ""
+    message = recorded.message if recorded else (EXITED_WITHOUT_RESULT if evidence.exited_without_result else "")
     # A worker that recorded its own failure before teardown began may still be SIGTERMed while it
     # exits: that signal ends a failure already recorded, so it must not make the worker a victim.
     failed_before_teardown = (

@@ -38,7 +38,7 @@ from flytekitplugins_rootcause.process_settings import (
     applied_environment,
     before_user_function,
 )
-from flytekitplugins_rootcause.root_cause import diagnose, root_cause_error
+from flytekitplugins_rootcause.root_cause import agent_timeline, diagnose, root_cause_error
 from flytekitplugins_rootcause.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.worker_recorder import RecordingTaskFunction
 
@@ -109,7 +109,7 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                     if not failures:
                         logger.warning("no failed worker found in the launch; reporting torch's error as is")
                         raise
-                    error = root_cause_error(failures)
+                    error = root_cause_error(failures, note=agent_timeline(observer, failures))
                     publish_timeline_deck(failures)
                     logger.error("Root cause of the elastic launch failure:\n%s", error)
                     raise error from None

@@ -9,13 +9,19 @@ This watchdog runs on a thread of the agent process for the duration of the laun
 ``interval_s`` it looks at what the launch observer and the death watcher know (no torch state,
 nothing that blocks) and decides, with the pure :func:`hang_deadline_ns`, whether the agent is hung:
 
-- a worker of the last attempt failed (a non-zero exit, a death by signal, or an error file) and the
-  agent has not finished with it within ``hang_timeout_s``: torch needs one monitor interval plus
-  one teardown grace for that, so a minute without returning from the launch means it never will;
+- a worker of the last attempt failed (a non-zero exit, a death by signal, an error file, or, in a
+  function launch, any exit before torch collected every return value) and the agent has not
+  finished with it within ``hang_timeout_s``: torch needs one monitor interval plus one teardown
+  grace for that, so a minute without returning from the launch means it never will;
+- every worker of the last attempt exited and the agent, outside torch's exit barrier, has not
+  finished within ``hang_timeout_s`` of the last exit (or of leaving the barrier), whatever its
+  monitor loop believes;
 - the agent entered a rendezvous (a restart) and is still in it ``hang_timeout_s`` after the
-  rendezvous' own time limit (``join_timeout`` + ``last_call_timeout``);
-- every worker exited successfully and the agent is still not done ``hang_timeout_s`` after torch's
-  exit barrier (300 s) would have let it go.
+  rendezvous' own time limit (``join_timeout`` + ``last_call_timeout``), or its exit barrier
+  ``hang_timeout_s`` after the barrier's own limit (300 s).
+
+What it knows of the workers comes from the death watcher, confirmed by asking the kernel directly
+on every look (so a starved or stopped watcher thread cannot blind it), never from torch's state.
 
 When it fires it notes teardown, ends any surviving worker (SIGTERM, grace, SIGKILL: they become
 victims), ranks the failures exactly as the normal path does (:func:`root_cause.diagnose`), hands
@@ -40,8 +46,9 @@ from flytekit.exceptions.system import FlyteSystemException
 
 from backend_reader.ordering import Role
 from backend_reader.roles import role_marker
+from flytekitplugins_rootcause.death_watcher import ProcessExit
 from flytekitplugins_rootcause.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
-from flytekitplugins_rootcause.launch_observer import LaunchObserver
+from flytekitplugins_rootcause.launch_observer import LaunchedWorker, LaunchObserver
 from flytekitplugins_rootcause.root_cause import diagnose, root_cause_error
 from flytekitplugins_rootcause.teardown import terminate_then_kill
 
@@ -108,6 +115,8 @@ class AgentSnapshot:
     first_failure_ns: int | None
     last_exit_ns: int | None
     rendezvous_since_ns: int | None
+    exit_barrier_since_ns: int | None = None
+    exit_barrier_left_ns: int | None = None
 
 
 def hang_deadline_ns(snapshot: AgentSnapshot, settings: WatchdogSettings) -> int | None:
@@ -117,11 +126,15 @@ def hang_deadline_ns(snapshot: AgentSnapshot, settings: WatchdogSettings) -> int
         return None  # first rendezvous: torch's own timeouts apply, and there is nothing to report
     if snapshot.rendezvous_since_ns is not None:
         return snapshot.rendezvous_since_ns + int(settings.rendezvous_allowance_s * _NS) + hang_ns
+    if snapshot.exit_barrier_since_ns is not None:
+        return snapshot.exit_barrier_since_ns + int(settings.exit_barrier_allowance_s * _NS) + hang_ns
+    deadlines = []
     if snapshot.first_failure_ns is not None:
-        return snapshot.first_failure_ns + hang_ns
+        deadlines.append(snapshot.first_failure_ns + hang_ns)
     if snapshot.exited == snapshot.workers and snapshot.last_exit_ns is not None:
-        return snapshot.last_exit_ns + int(settings.exit_barrier_allowance_s * _NS) + hang_ns
-    return None
+        settled_ns = max(snapshot.last_exit_ns, snapshot.exit_barrier_left_ns or 0)
+        deadlines.append(settled_ns + hang_ns)
+    return min(deadlines, default=None)
 
 
 def is_hung(snapshot: AgentSnapshot, settings: WatchdogSettings) -> bool:
@@ -138,17 +151,29 @@ def _error_file_mtime_ns(path: str) -> int | None:
         return None
 
 
+def _failed(observer: LaunchObserver, worker: LaunchedWorker, exit_: ProcessExit | None) -> bool:
+    """A non-zero exit, a death by signal, or an exit before the attempt's results were delivered."""
+    if exit_ is None:
+        return False
+    if exit_.signal_number is not None or exit_.exitcode not in (0, None):
+        return True
+    if exit_.exitcode is None:  # reaped by torch before the watcher read it: torch's handle knows
+        code = observer.torch_exitcode(worker)
+        if code not in (0, None):
+            return True
+    return observer.exited_without_result(worker)
+
+
 def take_snapshot(observer: LaunchObserver, now_ns: int | None = None) -> AgentSnapshot:
-    """Read the observer and the death watcher (never torch's state, which a hung agent may hold)."""
+    """Read the observer, the death watcher and the kernel (never torch's state, which a hung agent may hold)."""
     now = time.time_ns() if now_ns is None else now_ns
     attempt = observer.last_attempt()
     workers = observer.workers_of(attempt) if attempt is not None else []
-    exits = [observer.exit_of(worker) for worker in workers]
+    exits = [observer.watcher.confirm_exit(worker.pid) for worker in workers]
     failure_times = []
     for worker, exit_ in zip(workers, exits, strict=True):
-        abnormal = exit_ is not None and (exit_.signal_number is not None or exit_.exitcode not in (0, None))
         written_ns = _error_file_mtime_ns(worker.error_file)
-        if abnormal or written_ns is not None:
+        if _failed(observer, worker, exit_) or written_ns is not None:
             failure_times.append(exit_.exit_ns if exit_ is not None else written_ns)
     exit_times = [exit_.exit_ns for exit_ in exits if exit_ is not None]
     return AgentSnapshot(
@@ -158,6 +183,8 @@ def take_snapshot(observer: LaunchObserver, now_ns: int | None = None) -> AgentS
         first_failure_ns=min((t for t in failure_times if t is not None), default=None),
         last_exit_ns=max(exit_times, default=None),
         rendezvous_since_ns=observer.rendezvous_since_ns,
+        exit_barrier_since_ns=observer.exit_barrier_since_ns,
+        exit_barrier_left_ns=observer.exit_barrier_left_ns,
     )
 
 
@@ -168,6 +195,8 @@ class AgentHungError(FlyteSystemException):
 def _describe_hang(snapshot: AgentSnapshot, settings: WatchdogSettings) -> str:
     if snapshot.rendezvous_since_ns is not None:
         phase = "stuck in a rendezvous past its time limit"
+    elif snapshot.exit_barrier_since_ns is not None:
+        phase = "stuck in its exit barrier past its time limit"
     elif snapshot.first_failure_ns is not None:
         phase = "stuck after a worker failed"
     else:
@@ -244,9 +273,9 @@ class AgentWatchdog:
             return
         self.observer.note_teardown(attempt)
         watcher = self.observer.watcher
-        survivors = [w.pid for w in self.observer.workers_of(attempt) if watcher.exit_of(w.pid) is None]
+        survivors = [w.pid for w in self.observer.workers_of(attempt) if watcher.confirm_exit(w.pid) is None]
         stuck = terminate_then_kill(
-            survivors, grace_s=self.settings.teardown_grace_s, exited=lambda pid: watcher.exit_of(pid) is not None
+            survivors, grace_s=self.settings.teardown_grace_s, exited=lambda pid: watcher.confirm_exit(pid) is not None
         )
         if stuck:
             logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)

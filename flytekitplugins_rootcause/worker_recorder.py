@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +70,22 @@ class RecordedError:
     pid: int | None
 
 
+def write_complete(path: str, text: str) -> None:
+    """Write ``text`` so that ``path`` appears only complete (a temporary sibling, then a rename).
+
+    The agent takes an error file that exists as the worker's committed failure and may tear the
+    worker down at once (:mod:`launch_observer`); a half-written file would lose the message. Like
+    torch's own writer, a failure to write only warns: the worker is failing already.
+    """
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        warnings.warn(f"Unable to write the error file {path}: {exc}", stacklevel=2)
+
+
 class RootCauseErrorHandler(ErrorHandler):
     """torch's ``ErrorHandler`` with a nanosecond time and the worker's identity added."""
 
@@ -86,7 +103,7 @@ class RootCauseErrorHandler(ErrorHandler):
             return
         now_ns = time.time_ns()
         data = build_error_file(e, now_ns)
-        self._write_error_file(path, json.dumps(data))
+        write_complete(path, json.dumps(data))
         os.environ["TORCHELASTIC_ERROR_FILE"] = os.path.join(os.path.dirname(path), TORCH_SHADOW_FILE_NAME)
 
 

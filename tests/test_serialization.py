@@ -61,7 +61,7 @@ def test_all_elastic_fields_keep_working_and_new_defaults_apply() -> None:
     config = ElasticRootCause(nnodes="2:4", nproc_per_node=8, start_method="fork", max_restarts=1,
                               rdzv_configs={"timeout": 60}, increase_shared_mem=False)
     assert (config.nnodes, config.nproc_per_node, config.start_method) == ("2:4", 8, "fork")
-    assert config.monitor_interval == 0.5 and config.teardown_grace_s == 5.0
+    assert config.monitor_interval == 0.2 and config.teardown_grace_s == 5.0
     assert ElasticRootCause(monitor_interval=5).monitor_interval == 5
     with pytest.raises(ValueError, match="monitor_interval"):
         ElasticRootCause(monitor_interval=0)

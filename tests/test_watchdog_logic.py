@@ -69,9 +69,25 @@ def test_a_rendezvous_gets_its_own_time_limit_first() -> None:
 
 
 def test_all_succeeded_waits_for_the_exit_barrier_first() -> None:
-    done = {"exited": 4, "last_exit_ns": T0}
-    assert not is_hung(snapshot(300 + 59, **done), SETTINGS)
-    assert is_hung(snapshot(300 + 60, **done), SETTINGS)
+    in_barrier = {"exited": 4, "last_exit_ns": T0, "exit_barrier_since_ns": T0 + S}
+    assert not is_hung(snapshot(1 + 300 + 59, **in_barrier), SETTINGS)
+    assert is_hung(snapshot(1 + 300 + 60, **in_barrier), SETTINGS)
+
+
+def test_every_worker_gone_outside_the_exit_barrier_is_a_hang_whatever_torch_believes() -> None:
+    """The reported stall: all workers exited, torch's monitor loop still reads HEALTHY."""
+    gone = {"exited": 4, "last_exit_ns": T0}
+    assert not is_hung(snapshot(59, **gone), SETTINGS)
+    assert is_hung(snapshot(60, **gone), SETTINGS)
+    # after the barrier let it go, the agent has the hang timeout again to return
+    left = {**gone, "exit_barrier_left_ns": T0 + 200 * S}
+    assert not is_hung(snapshot(200 + 59, **left), SETTINGS)
+    assert is_hung(snapshot(200 + 60, **left), SETTINGS)
+
+
+def test_a_failure_outside_any_phase_is_timed_from_the_failure_not_the_last_exit() -> None:
+    failed = {"exited": 2, "first_failure_ns": T0, "last_exit_ns": T0 + 30 * S}
+    assert is_hung(snapshot(60, **failed), SETTINGS)
 
 
 def test_rendezvous_allowance_reads_the_task_rdzv_configs() -> None:

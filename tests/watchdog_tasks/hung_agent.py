@@ -23,7 +23,7 @@ def _block_forever(self: Any, worker_group: Any) -> Any:
     threading.Event().wait()
 
 
-def _write_json(path: str) -> Any:
+def write_json(path: str) -> Any:
     def write(error: BaseException) -> None:
         failures = getattr(error, "failures", ())
         document = {
@@ -50,6 +50,6 @@ def _write_json(path: str) -> Any:
 if __name__ == "__main__":
     out_path, marker_dir = sys.argv[1], sys.argv[2]
     LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
-    register_failure_sink(_write_json(out_path), destination=out_path)
+    register_failure_sink(write_json(out_path), destination=out_path)
     dies_under_a_hung_agent(marker_dir=marker_dir)
     sys.exit(99)

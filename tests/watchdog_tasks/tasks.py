@@ -97,3 +97,22 @@ def dies_under_a_hung_agent(marker_dir: str) -> int:
         os.abort()
     _ignore_sigterm_and_linger(marker_dir)
     return rank
+
+
+@task(
+    task_config=ElasticRootCause(
+        nnodes=1,
+        nproc_per_node=2,
+        monitor_interval=0.5,
+        teardown_grace_s=1.0,
+        agent_watchdog_interval_s=0.2,
+        agent_hang_timeout_s=8.0,
+    )
+)
+def fails_under_a_blind_agent(marker_dir: str) -> int:
+    """Rank 1 raises once rank 0 lingers ignoring SIGTERM (run by ``blind_agent``)."""
+    if _rank() == 1:
+        wait_for(os.path.join(marker_dir, READY_FILE))
+        raise ValueError("root cause on rank 1")
+    _ignore_sigterm_and_linger(marker_dir)
+    return _rank()
