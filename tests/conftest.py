@@ -1,12 +1,21 @@
-"""Shared pytest fixtures: real object stores on loopback, started once per session."""
+"""Shared pytest fixtures: real object stores on loopback, started once per session.
+
+Also hypothesis's defaults for this suite: no per-example deadline and no "too slow" health check.
+Both are wall-clock limits (200 ms per example, data generation speed) that a busy shared CPU
+breaks at random; the properties themselves hold on any machine.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
+
+settings.register_profile("rootcause", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rootcause")
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
 from tests.object_stores import ObjectStore
+from tests.timestamps import assert_sub_second
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,8 @@ def test_earlier_of_two_independent_errors_50ms_apart_wins(file_store: ObjectSto
     read = RemoteFileOutputReader(result.output_prefix).read_all()
     first, second = read.failures[0], read.failures[1]
     assert second.role == Role.CANDIDATE and second.worker == "train-worker-1"
-    assert 0 < second.timestamp_ns - first.timestamp_ns < 1_000_000_000
+    assert first.timestamp_ns < second.timestamp_ns
+    assert_sub_second(first.timestamp_ns, second.timestamp_ns)
 
 
 def test_on_fake_gcs_server(gcs_store: ObjectStore, tmp_path: Path) -> None:

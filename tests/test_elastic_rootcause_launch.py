@@ -15,6 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from backend_reader.ordering import Role, TimeSource
 from flytekitplugins_rootcause import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from tests.elastic_tasks import scenarios
+from tests.timestamps import assert_sub_second
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +80,11 @@ def test_sub_second_ordering_of_two_independent_errors() -> None:
         scenarios.two_raise_50ms_apart(first=2, second=1)
     error = _root_cause_error(excinfo)
     first, second = error.failures[0], error.failures[1]
+    # rank 1 raised only after rank 2's error was on disk: rank 2 is first however slow the machine
     assert (first.global_rank, second.global_rank) == (2, 1)
     assert first.role == second.role == Role.CANDIDATE
-    assert 0 < second.timestamp_ns - first.timestamp_ns < 1_000_000_000
+    assert first.timestamp_ns < second.timestamp_ns
+    assert_sub_second(first.timestamp_ns, second.timestamp_ns)
 
 
 def test_killed_rank_beats_the_later_collective_error_of_its_peer() -> None:
@@ -92,7 +95,7 @@ def test_killed_rank_beats_the_later_collective_error_of_its_peer() -> None:
     assert (root.global_rank, root.signal_name, root.role) == (0, "SIGKILL", Role.CANDIDATE)
     assert peer.global_rank == 1 and peer.role == Role.VICTIM
     assert peer.time_source == TimeSource.RECORDED, "rank 1 should have raised its collective error"
-    assert peer.timestamp_ns - root.timestamp_ns > 500_000_000
+    # (the order comes from the roles, not from how far apart the two times happened to be)
 
 
 def test_recoverable_exception_gives_flyte_recoverable_error() -> None:

@@ -80,10 +80,10 @@ def test_workers_get_the_settings_and_the_users_value_is_kept(
     assert report["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == str(tasks.ASYNC_ERROR_HANDLING)
     assert report["OMP_NUM_THREADS"] == "1"
     assert report["PYTHONUNBUFFERED"] == "1"
-    # a collective the peer never joins fails after the configured timeout, not torch's 30 minutes
-    kind, _, elapsed = report["collective"].partition(" after ")
-    assert kind != "completed", report["collective"]
-    assert tasks.COLLECTIVE_TIMEOUT_S - 0.5 <= float(elapsed.removesuffix(" s")) < 60, report["collective"]
+    # a collective the peer never joins fails with the configured timeout, not torch's 30 minutes:
+    # gloo's error names the timeout it waited (how long that took is no test of the setting)
+    assert report["collective"] != "completed"
+    assert f"Timed out waiting {tasks.COLLECTIVE_TIMEOUT_S * 1000:.0f}ms" in report["collective"], report["collective"]
     # the agent's environment is as the user left it
     assert "PYTHONUNBUFFERED" not in os.environ and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ
     assert os.environ["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "1234"

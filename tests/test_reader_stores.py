@@ -228,16 +228,37 @@ def test_outputs_exist_read_and_size_limit(any_store: ObjectStore) -> None:
 
 
 def test_late_file_is_waited_for(file_store: ObjectStore) -> None:
+    """The third file lands only after the reader has listed two: it must wait for it and use it."""
     prefix = file_store.new_prefix("late")
     early = [(f"{prefix}/{worker_file_name(w)}", error_document("[victim] SIGTERM", worker=w)) for w in ("a", "b")]
     write_files("file", {}, early)
     late = (f"{prefix}/{worker_file_name('c')}", error_document("[root cause] slow pod", worker="c"))
-    writer = threading.Timer(0.4, lambda: write_files("file", {}, [late]))
+    # the late file ends the wait as soon as it lands; the timeout only bounds a broken test
+    r = reader(file_store, prefix, expected_workers=3, settle_timeout=120)
+    listings: list[int] = []
+    first_listing_done = threading.Event()
+    list_error_files = r._list_error_files
+
+    async def counting_listing(storage: Any) -> Any:
+        listed = await list_error_files(storage)
+        listings.append(len(listed))
+        first_listing_done.set()
+        return listed
+
+    r._list_error_files = counting_listing  # type: ignore[method-assign]
+
+    def write_late() -> None:
+        if first_listing_done.wait(120):
+            write_files("file", {}, [late])
+
+    writer = threading.Thread(target=write_late)
     writer.start()
     try:
-        result = reader(file_store, prefix, expected_workers=3, settle_timeout=20).read_all()
+        result = r.read_all()
     finally:
+        first_listing_done.set()
         writer.join()
+    assert listings[0] == 2 and listings[-1] == 3  # it saw two, waited, and listed again
     assert result.root_cause is not None and result.root_cause.worker == "c"
 
 

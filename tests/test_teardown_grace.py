@@ -3,8 +3,10 @@
 Real torch elastic launches: the function path (``MultiprocessContext``, whose
 ``torch.multiprocessing`` join would otherwise wait a hard-coded 30 s) and the binary path
 (``SubprocessContext``), each with a worker that ignores SIGTERM. The death watcher's exit time of
-that worker minus the teardown start the observer noted must be the grace period (give or take 1 s),
-and the worker must have died by SIGKILL.
+that worker must come at least the grace period after the teardown start the observer noted, and
+the worker must have died by SIGKILL: the agent's doing, as nothing else signals it. That it was
+our grace and not torch's hard-coded 30 s shows as an exit before those 30 s had passed; how close
+to the grace the kill comes is a speed figure, measured by ``benchmarks/teardown.py``, not here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from tests.watchdog_tasks import binary_worker, launch_workers, tasks
 pytestmark = pytest.mark.slow
 
 GRACE_S = 1.5
-TOLERANCE_S = 1.0
+#: torch's own wait between SIGTERM and SIGKILL on the function path, whatever it is told.
+TORCH_TEARDOWN_WAIT_S = 30.0
 FAILING_RANK = 1
 IGNORING_RANK = 0
 
@@ -62,7 +65,9 @@ def _assert_killed_after_grace(observer: LaunchObserver) -> None:
     assert exit_ is not None and teardown_ns is not None
     assert _signal_of(observer, ignoring) == signal.SIGKILL
     lived_s = (exit_.exit_ns - teardown_ns) / 1e9
-    assert GRACE_S - 0.1 <= lived_s <= GRACE_S + TOLERANCE_S, f"SIGKILLed {lived_s:.3f} s after teardown began"
+    # not before the grace had passed (0.1 s: wall clock here, torch waits on the monotonic one),
+    # and by our grace, not after torch's 30 s
+    assert GRACE_S - 0.1 <= lived_s < TORCH_TEARDOWN_WAIT_S, f"SIGKILLed {lived_s:.3f} s after teardown began"
 
 
 def test_function_launch_kills_a_sigterm_ignoring_worker_after_the_grace(tmp_path: Path) -> None:
@@ -106,4 +111,4 @@ def test_task_tears_down_with_its_grace_and_reports_the_killed_worker_as_victim(
     assert (victim.global_rank, victim.role, victim.signal_name) == (0, Role.VICTIM, "SIGKILL")
     # the victim outlived the root cause by the grace period (at least), not by torch's 30 s
     lived_s = (victim.timestamp_ns - root.timestamp_ns) / 1e9
-    assert tasks.TEARDOWN_GRACE_S <= lived_s < 15, f"victim SIGKILLed {lived_s:.3f} s after the root cause"
+    assert tasks.TEARDOWN_GRACE_S <= lived_s < TORCH_TEARDOWN_WAIT_S, f"victim died {lived_s:.3f} s after the cause"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +14,6 @@ import pytest
 
 from flytekitplugins_rootcause import failure_sink
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.death_watcher import DeathWatcher
 from flytekitplugins_rootcause.teardown import terminate_then_kill
 from flytekitplugins_rootcause.watchdog import (
     AgentSnapshot,
@@ -163,20 +163,31 @@ IGNORES_SIGTERM = (
 )
 
 
+def _has_exited(pid: int) -> bool:
+    """Whether our child ``pid`` has ended, asked of the kernel without reaping it.
+
+    Not the death watcher's thread: whether that thread has run yet is scheduler luck, and a busy
+    machine would make a process that is long gone look alive to ``terminate_then_kill``.
+    """
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
 def test_terminate_then_kill_ends_a_sigterm_ignoring_process_by_sigkill() -> None:
-    with DeathWatcher() as watcher:
-        polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True)
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True)
+    try:
         assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
-        for proc in (polite, stubborn):
-            watcher.watch(proc.pid)
         started = time.monotonic()
-        left = terminate_then_kill(
-            [polite.pid, stubborn.pid], grace_s=0.5, exited=lambda pid: watcher.exit_of(pid) is not None
-        )
-        assert left == [] and time.monotonic() - started >= 0.5
-        polite_exit, stubborn_exit = watcher.exit_of(polite.pid), watcher.exit_of(stubborn.pid)
-        assert polite_exit is not None and polite_exit.signal_number == signal.SIGTERM
-        assert stubborn_exit is not None and stubborn_exit.signal_number == signal.SIGKILL
+        left = terminate_then_kill([polite.pid, stubborn.pid], grace_s=0.5, exited=_has_exited)
+        assert left == []
+        # SIGKILL came only after the grace: the stubborn one outlived it
+        assert time.monotonic() - started >= 0.5
+        assert polite.wait() == -signal.SIGTERM
+        assert stubborn.wait() == -signal.SIGKILL
+    finally:
         for proc in (polite, stubborn):
+            if proc.poll() is None:
+                proc.kill()
             proc.wait()
+        assert stubborn.stdout is not None
+        stubborn.stdout.close()

@@ -59,7 +59,7 @@ def fails_while_peer_ignores_sigterm(marker_dir: str) -> int:
     )
 )
 def reports_settings(marker_dir: str) -> dict[str, str]:
-    """Rank 0 reports its environment and how long a collective its peer never joins took to fail."""
+    """Rank 0 reports its environment and how a collective its peer never joins failed."""
     report = {name: os.environ.get(name, "<unset>") for name in REPORTED_VARIABLES}
     dist.init_process_group("gloo")  # no timeout: the configured default must apply
     done = os.path.join(marker_dir, "rank0-done")
@@ -71,7 +71,7 @@ def reports_settings(marker_dir: str) -> dict[str, str]:
         dist.barrier()  # rank 1 never joins
         report["collective"] = "completed"
     except Exception as exc:
-        report["collective"] = f"{type(exc).__name__} after {time.monotonic() - started:.1f} s"
+        report["collective"] = f"{type(exc).__name__} after {time.monotonic() - started:.1f} s: {exc}"
     touch(done)
     return report
 
