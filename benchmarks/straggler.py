@@ -19,8 +19,11 @@ saved per-trial times, e.g. with another ``--threshold``, without measuring agai
 ``--resample N`` (with ``--replay``) also decides N synthetic checks per node count, each node drawn
 at random from the measured nodes of the same node count (homogeneous runs; for the slow-node
 checks one node from the slowed nodes of the slow runs): more runs than can be measured, from
-measured samples. It is pessimistic: nodes drawn from different checks did not run their trials at
-the same time, so what the trial-by-trial comparison cancels in a real check stays in.
+measured samples. A drawn node keeps its trial times *relative to its own check* (each trial
+divided by the median of the other nodes' same trial in that check), so what the check cancels by
+lining trials up (load that changed between checks) is cancelled here too, while each node's own
+scatter, and any persistent unfairness it suffered, stays in. Times are then ratios, so
+``min_excess_s`` is not applied (which only makes flagging easier).
 """
 
 from __future__ import annotations
@@ -102,23 +105,49 @@ def redecide(report: StragglerReport, threshold: float) -> set[str]:
     return {pods[d.node_rank] for d in decision.nodes if d.verdict != OK}
 
 
+def relative(report: StragglerReport) -> list[NodeResult]:
+    """The report's nodes with every trial divided by the median of the other nodes' same trial."""
+
+    def scaled(trials: list[list[float] | None], others: list[list[list[float] | None]]) -> list[list[float] | None]:
+        out: list[list[float] | None] = []
+        for r, mine in enumerate(trials):
+            peers = [o[r] for o in others]
+            if mine is None or any(p is None for p in peers):
+                out.append(None)
+                continue
+            out.append([t / statistics.median(p[k] for p in peers if p) for k, t in enumerate(mine)])
+        return out
+
+    nodes = []
+    for n in report.nodes:
+        rest = [o for o in report.nodes if o is not n]
+        nodes.append(
+            dataclasses.replace(
+                n,
+                compute_trials_s=scaled(n.compute_trials_s, [o.compute_trials_s for o in rest]),
+                comm_trials_s=scaled(n.comm_trials_s, [o.comm_trials_s for o in rest]),
+            )
+        )
+    return nodes
+
+
 def resampled(runs: list[Run], count: int, threshold: float, seed: int = 0) -> str:
     """``count`` synthetic homogeneous and slow-node checks per (nodes, load), from measured nodes."""
     rng = random.Random(seed)
     lines = [f"{'nodes':>5} {'load':>4} {'runs':>5} {'FP runs':>8} {'1.5x found':>11}  (resampled from measured nodes)"]
     for key in sorted({(r.nodes, r.load) for r in runs}):
         cell = [r for r in runs if (r.nodes, r.load) == key]
-        healthy = [n for r in cell if r.slow_pod is None for n in r.report.nodes]
-        slowed = [n for r in cell for n in r.report.nodes if n.pod == r.slow_pod]
+        healthy = [n for r in cell if r.slow_pod is None for n in relative(r.report)]
+        slowed = [n for r in cell for n in relative(r.report) if n.pod == r.slow_pod]
         fp = found = 0
         for _ in range(count):
             drawn = [node_times(n, i) for i, n in enumerate(rng.sample(healthy, key[0]))]
-            decision = decide(drawn, threshold, cell[0].report.min_excess_s, cell[0].report.network_threshold)
+            decision = decide(drawn, threshold, 0.0, cell[0].report.network_threshold)
             fp += any(d.verdict != OK for d in decision.nodes)
         for _ in range(count if slowed else 0):
             drawn = [node_times(rng.choice(slowed), 0)]
             drawn += [node_times(n, i + 1) for i, n in enumerate(rng.sample(healthy, key[0] - 1))]
-            decision = decide(drawn, threshold, cell[0].report.min_excess_s, cell[0].report.network_threshold)
+            decision = decide(drawn, threshold, 0.0, cell[0].report.network_threshold)
             flagged = {d.node_rank for d in decision.nodes if d.verdict != OK}
             found += 0 in flagged
             fp += bool(flagged - {0})

@@ -16,8 +16,10 @@ transient (or a partner with a slow link, see ``grouping.py``) in one at most.
 **Threshold**: ``max(threshold, exp(NOISE_FACTOR x noise))``, where ``noise`` is the measured
 spread of the round scores (in log space, so 1.2x slower and 1.2x faster are the same distance):
 the typical trial-to-trial spread of a node's ratios (1.4826 x their median absolute deviation,
-the median over nodes and rounds, so a minority of odd nodes does not set it), scaled to the
-standard error of a median of ``trials`` values. On a quiet, homogeneous cluster the configured
+the median over nodes and rounds, so a minority of odd nodes does not set it). Not divided by
+the square root of the number of trials as for independent samples: what disturbs a trial (a busy
+core, a neighbour's burst, a congested link) tends to last several trials. On a quiet, homogeneous
+cluster the configured
 threshold applies; on a noisy one the bar rises with the noise instead of flagging healthy nodes
 (the report shows the threshold applied). A node is also only slow when its median trial exceeds
 the reference by ``min_excess_s`` (an absolute floor for tiny workloads).
@@ -159,8 +161,7 @@ def _score(per_node: Mapping[int, Sequence[Trials]]) -> _Scored:
             if not ratios:
                 continue
             log_scores[n].append(statistics.median(ratios))
-            # the standard error of a median of m values is about 1.25 sigma / sqrt(m)
-            trial_spreads.append(_MAD_TO_SIGMA * _mad(ratios) * 1.25 / math.sqrt(len(ratios)))
+            trial_spreads.append(_MAD_TO_SIGMA * _mad(ratios))
     scores = {n: math.exp(min(s)) for n, s in log_scores.items() if s}
     noise = statistics.median(trial_spreads) if trial_spreads else 0.0
     medians = {n: [statistics.median(t) for t in per_node[n][:rounds]] for n in per_node}
