@@ -1,185 +1,220 @@
-"""Benchmark of the straggler pre-check on simulated nodes (run by hand; prints a table).
+"""Benchmark of the straggler pre-check on simulated nodes under CPU load (run by hand; prints a table).
 
-    .venv/bin/python benchmarks/straggler.py [--nodes 4 6 8] [--runs 10]
+    .venv/bin/python benchmarks/straggler.py [--nodes 3 4 6] [--load 2] [--runs 200] [--slow-runs 20]
+        [--save runs.json] | --replay runs.json [--threshold 1.3]
 
 For each node count, ONE simulated cluster (one torch elastic agent process per node, c10d on
-127.0.0.1, gloo, one CPU worker per node) runs ``3 x runs`` complete checks back to back:
-``runs`` homogeneous, ``runs`` with one node slowed 1.5x and ``runs`` with one node slowed 2x
-(a different node each time). Each check is a full check: own process group, both rounds,
-verdicts on rank 0. A node is slowed with the test-only hook that makes its compute step
-genuinely take 1.5x / 2x longer in wall time (it sleeps in proportion to its measured trial time).
+127.0.0.1, gloo, one CPU worker per node, all on this machine's cores) runs ``runs`` homogeneous
+checks and then ``slow-runs`` checks with one node given a simulated device 1.5x slower
+(``simulate.slow_device``; a different node each time), back to back, with default settings.
+``--load N`` starts N busy processes (pure-Python spin loops) that compete for the CPU for the
+whole measurement, and stops them at the end.
 
-MEASURED: the check's verdicts and its wall time (rank 0, from the first collective to the verdict;
-agent start-up and rendezvous are printed separately as the launch time).
-COMPUTED from the same measured per-node, per-round times (no extra benchmark runs):
-* DLRover's rule: per node, matmul + allreduce time summed; round 1; round 2 only if round 1 has a
-  suspect (> 2x the median of all nodes); a node is flagged if its best sum > 2x the median.
-* bisection: halve the candidate set each round, keeping the half whose slowest member (a group
-  is as slow as its slowest node) is slower; ceil(log2 n) rounds; the last node left is flagged if
-  it passes our threshold. Counted: rounds; detection and false positives as for the others.
+MEASURED: every check's verdicts, its per-trial times, and its wall time (rank 0, from the first
+collective to the verdict; agent start-up and rendezvous are not included).
+COUNTED: false-positive runs (a homogeneous check that flagged any node, or a slow-node check that
+flagged a node other than the slow one) and detections (the slow node flagged).
+``--save`` writes every report; ``--replay`` re-runs the pure decision (``decision.decide``) on the
+saved per-trial times, e.g. with another ``--threshold``, without measuring again.
+``--resample N`` (with ``--replay``) also decides N synthetic checks per node count, each node drawn
+at random from the measured nodes of the same node count (homogeneous runs; for the slow-node
+checks one node from the slowed nodes of the slow runs): more runs than can be measured, from
+measured samples. A drawn node keeps its trial times *relative to its own check* (each trial
+divided by the median of the other nodes' same trial in that check), so what the check cancels by
+lining trials up (load that changed between checks) is cancelled here too, while each node's own
+scatter, and any persistent unfairness it suffered, stays in. Times are then ratios, so
+``min_excess_s`` is not applied (which only makes flagging easier).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
+import json
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from flytekitplugins_rootcause.straggler.decision import OK, leave_one_out_median
+from flytekitplugins_rootcause.straggler.decision import OK, NodeTimes, decide
 from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
-from flytekitplugins_rootcause.straggler.simulate import SimulatedCluster, pod_name_of, run_cluster
+from flytekitplugins_rootcause.straggler.simulate import SimulatedCluster, pod_name_of, report_from_dict, run_cluster
 
-FACTORS = (1.0, 1.5, 2.0)
+SLOW_FACTOR = 1.5
 
 
 @dataclass
-class Tally:
-    """Outcomes of one rule over the runs of one (node count, slowdown) cell."""
+class Run:
+    """One measured check: its report, and which pod was slowed (None: homogeneous)."""
 
-    runs: int = 0
-    detected: int = 0
-    false_positive_runs: int = 0
-    rounds: list[int] = field(default_factory=list)
-
-    def add(self, flagged: set[str], slow_pod: str | None, rounds: int) -> None:
-        self.runs += 1
-        self.rounds.append(rounds)
-        if slow_pod is not None and slow_pod in flagged:
-            self.detected += 1
-        if flagged - {slow_pod}:
-            self.false_positive_runs += 1
+    nodes: int
+    load: int
+    slow_pod: str | None
+    report: StragglerReport
 
 
-def ours(report: StragglerReport) -> tuple[set[str], int]:
-    return {n.pod for n in report.nodes if n.verdict != OK}, report.rounds
+@contextmanager
+def cpu_load(processes: int) -> Iterator[None]:
+    """``processes`` busy spin loops competing for the CPU while the block runs (stopped after)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.terminate()
+        for hog in hogs:
+            hog.wait()
 
 
-def dlrover(report: StragglerReport) -> tuple[set[str], int]:
-    """DLRover's rule on our measured times: summed time, 2x the all-node median, round 2 if suspects."""
-
-    def total(node: NodeResult, r: int) -> float:
-        return node.compute_s[r] + node.comm_s[r]
-
-    first = {n.pod: total(n, 0) for n in report.nodes}
-    median = statistics.median(first.values())
-    if not any(t > 2 * median for t in first.values()):
-        return set(), 1
-    best = {n.pod: min(total(n, 0), total(n, 1)) for n in report.nodes}
-    median = statistics.median(best.values())
-    return {p for p, t in best.items() if t > 2 * median}, 2
-
-
-def bisection(report: StragglerReport) -> tuple[set[str], int]:
-    """Halving search on the measured best compute times; the survivor is judged by our threshold."""
-    best = {n.pod: n.best_compute_s for n in report.nodes}
-    candidates = sorted(report.nodes, key=lambda n: n.node_rank)
-    rounds = 0
-    while len(candidates) > 1:
-        rounds += 1
-        half = len(candidates) // 2
-        left, right = candidates[:half], candidates[half:]
-        slow_left = max(best[n.pod] for n in left)
-        slow_right = max(best[n.pod] for n in right)
-        candidates = left if slow_left > slow_right else right
-    survivor = candidates[0].pod
-    reference = leave_one_out_median(best, survivor)
-    flagged = {survivor} if reference and best[survivor] > report.threshold * reference else set()
-    return flagged, rounds
-
-
-RULES: dict[str, Callable[[StragglerReport], tuple[set[str], int]]] = {
-    "ours (2 rounds, leave-one-out median)": ours,
-    "DLRover (2x median of sums)": dlrover,
-    "bisection": bisection,
-}
-
-
-def schedule_for(nodes: int, runs: int) -> list[tuple[float, int | None]]:
-    """(factor, slowed pod index) per check: homogeneous, then 1.5x, then 2x, rotating the slow node."""
-    plan: list[tuple[float, int | None]] = []
-    for factor in FACTORS:
-        for i in range(runs):
-            plan.append((factor, None if factor == 1.0 else (i * 7 + 1) % nodes))
-    return plan
-
-
-def bench(
-    nodes: int, runs: int, check: StragglerCheck, verbose: bool = False
-) -> tuple[dict, list[float], float, tuple[float, float, dict[float, float]]]:
-    plan = schedule_for(nodes, runs)
-    cluster = SimulatedCluster(
-        nodes=nodes,
-        check=check,
-        schedule=tuple({} if idx is None else {idx: factor} for factor, idx in plan),
-    )
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
-        outcomes = run_cluster(cluster, Path(tmp), timeout_s=600)
-    launch_s = time.perf_counter() - started
+def measure(nodes: int, load: int, runs: int, slow_runs: int) -> list[Run]:
+    """One cluster of ``nodes`` running ``runs`` homogeneous then ``slow_runs`` slow-node checks."""
+    slow = [(i * 7 + 1) % nodes for i in range(slow_runs)]
+    schedule = tuple([{}] * runs + [{idx: SLOW_FACTOR} for idx in slow])
+    cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), schedule=schedule)
+    with cpu_load(load), tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
+        outcomes = run_cluster(cluster, Path(tmp), timeout_s=3600)
     failed = [o for o in outcomes if o.returncode != 0]
     if failed:
         sys.exit(f"{nodes} nodes: agent {failed[0].pod} exited {failed[0].returncode}:\n{failed[0].log[-4000:]}")
-    reports = [r for r in outcomes[0].reports]  # every worker holds the same (broadcast) report
-    tallies = {(rule, f): Tally() for rule in RULES for f in FACTORS}
-    # margins: highest score of a node that was NOT slowed (compute, network), lowest slowed score
-    healthy_compute, healthy_network = 0.0, 0.0
-    slowed_min = {f: float("inf") for f in FACTORS[1:]}
-    for (factor, idx), report in zip(plan, reports, strict=True):
-        slow_pod = None if idx is None else pod_name_of(idx)
-        for rule, fn in RULES.items():
-            flagged, rounds = fn(report)
-            tallies[(rule, factor)].add(flagged, slow_pod, rounds)
-        for n in report.nodes:
-            if n.pod == slow_pod:
-                slowed_min[factor] = min(slowed_min[factor], n.compute_score or 0.0)
+    reports = outcomes[0].reports  # every worker holds the same (broadcast) report
+    pods: list[str | None] = [None] * runs + [pod_name_of(i) for i in slow]
+    return [Run(nodes, load, pod, report) for pod, report in zip(pods, reports, strict=True)]
+
+
+def node_times(node: NodeResult, rank: int | None = None) -> NodeTimes:
+    """A reported node's per-trial times as the decision's input (optionally under another rank)."""
+    return NodeTimes(
+        node.node_rank if rank is None else rank,
+        tuple(None if t is None else tuple(t) for t in node.compute_trials_s),
+        tuple(None if t is None else tuple(t) for t in node.comm_trials_s),
+        node.error,
+    )
+
+
+def redecide(report: StragglerReport, threshold: float) -> set[str]:
+    """Flagged pods when the pure decision runs again on the report's per-trial times."""
+    decision = decide([node_times(n) for n in report.nodes], threshold, report.min_excess_s, report.network_threshold)
+    pods = {n.node_rank: n.pod for n in report.nodes}
+    return {pods[d.node_rank] for d in decision.nodes if d.verdict != OK}
+
+
+def relative(report: StragglerReport) -> list[NodeResult]:
+    """The report's nodes with every trial divided by the median of the other nodes' same trial."""
+
+    def scaled(trials: list[list[float] | None], others: list[list[list[float] | None]]) -> list[list[float] | None]:
+        out: list[list[float] | None] = []
+        for r, mine in enumerate(trials):
+            peers = [o[r] for o in others]
+            if mine is None or any(p is None for p in peers):
+                out.append(None)
+                continue
+            out.append([t / statistics.median(p[k] for p in peers if p) for k, t in enumerate(mine)])
+        return out
+
+    nodes = []
+    for n in report.nodes:
+        rest = [o for o in report.nodes if o is not n]
+        nodes.append(
+            dataclasses.replace(
+                n,
+                compute_trials_s=scaled(n.compute_trials_s, [o.compute_trials_s for o in rest]),
+                comm_trials_s=scaled(n.comm_trials_s, [o.comm_trials_s for o in rest]),
+            )
+        )
+    return nodes
+
+
+def resampled(runs: list[Run], count: int, threshold: float, seed: int = 0) -> str:
+    """``count`` synthetic homogeneous and slow-node checks per (nodes, load), from measured nodes."""
+    rng = random.Random(seed)
+    lines = [f"{'nodes':>5} {'load':>4} {'runs':>5} {'FP runs':>8} {'1.5x found':>11}  (resampled from measured nodes)"]
+    for key in sorted({(r.nodes, r.load) for r in runs}):
+        cell = [r for r in runs if (r.nodes, r.load) == key]
+        healthy = [n for r in cell if r.slow_pod is None for n in relative(r.report)]
+        slowed = [n for r in cell for n in relative(r.report) if n.pod == r.slow_pod]
+        fp = found = 0
+        for _ in range(count):
+            drawn = [node_times(n, i) for i, n in enumerate(rng.sample(healthy, key[0]))]
+            decision = decide(drawn, threshold, 0.0, cell[0].report.network_threshold)
+            fp += any(d.verdict != OK for d in decision.nodes)
+        for _ in range(count if slowed else 0):
+            drawn = [node_times(rng.choice(slowed), 0)]
+            drawn += [node_times(n, i + 1) for i, n in enumerate(rng.sample(healthy, key[0] - 1))]
+            decision = decide(drawn, threshold, 0.0, cell[0].report.network_threshold)
+            flagged = {d.node_rank for d in decision.nodes if d.verdict != OK}
+            found += 0 in flagged
+            fp += bool(flagged - {0})
+        lines.append(f"{key[0]:>5} {key[1]:>4} {count:>5} {fp:>8} {f'{found}/{count if slowed else 0}':>11}")
+    return "\n".join(lines)
+
+
+def table(runs: list[Run], threshold: float | None) -> str:
+    """One row per (nodes, load): runs, false-positive runs, detection at 1.5x, check wall time."""
+    header = (
+        f"{'nodes':>5} {'load':>4} {'runs':>5} {'FP runs':>8} {'1.5x found':>11} {'check s median':>15} "
+        f"{'max':>6} {'top healthy score':>18} {'lowest slow score':>18}"
+    )
+    lines = [header]
+    for key in sorted({(r.nodes, r.load) for r in runs}):
+        cell = [r for r in runs if (r.nodes, r.load) == key]
+        fp = found = slowed = 0
+        healthy_top, slow_low = 0.0, float("inf")
+        for r in cell:
+            if threshold is None:
+                flagged = {n.pod for n in r.report.nodes if n.verdict != OK}
             else:
-                healthy_compute = max(healthy_compute, n.compute_score or 0.0)
-            healthy_network = max(healthy_network, n.comm_score or 0.0)
-        missed_or_extra = {n.pod for n in report.nodes if n.verdict != OK} != ({slow_pod} - {None})
-        if verbose and missed_or_extra:
-            print(f"-- {nodes} nodes, {slow_pod or 'no node'} slowed {factor}x:\n{report.table()}")
-    return tallies, [r.wall_time_s for r in reports], launch_s, (healthy_compute, healthy_network, slowed_min)
+                flagged = redecide(r.report, threshold)
+            fp += bool(flagged - {r.slow_pod})
+            if r.slow_pod is not None:
+                slowed += 1
+                found += r.slow_pod in flagged
+            for n in r.report.nodes:
+                if n.pod == r.slow_pod:
+                    slow_low = min(slow_low, n.compute_score or 0.0)
+                else:
+                    healthy_top = max(healthy_top, n.compute_score or 0.0)
+        walls = [r.report.wall_time_s for r in cell]
+        lines.append(
+            f"{key[0]:>5} {key[1]:>4} {len(cell):>5} {fp:>8} {f'{found}/{slowed}':>11} "
+            f"{statistics.median(walls):>15.2f} {max(walls):>6.2f} {healthy_top:>18.2f} {slow_low:>18.2f}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[4, 6, 8])
-    parser.add_argument("--runs", type=int, default=10, help="checks per slowdown factor and node count")
-    parser.add_argument("--threshold", type=float, default=StragglerCheck().threshold)
-    parser.add_argument("--verbose", action="store_true", help="print the report of every check that erred")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[3, 4, 6])
+    parser.add_argument("--load", type=int, default=2, help="busy processes competing for the CPU")
+    parser.add_argument("--runs", type=int, default=200, help="homogeneous checks per node count")
+    parser.add_argument("--slow-runs", type=int, default=20, help=f"checks with one node {SLOW_FACTOR}x slow")
+    parser.add_argument("--save", type=Path, help="write every measured report here (JSON)")
+    parser.add_argument("--replay", type=Path, help="decide again on the reports saved by --save; measure nothing")
+    parser.add_argument("--threshold", type=float, help="with --replay: compute threshold to decide with")
+    parser.add_argument("--resample", type=int, default=0, help="with --replay: synthetic checks per node count")
     args = parser.parse_args(argv)
-    check = StragglerCheck(threshold=args.threshold)
-    print(f"threshold {check.threshold}x, min excess {check.min_excess_s * 1000:g} ms, {args.runs} runs per cell")
-    header = f"{'nodes':>5} {'slow':>5} {'rule':<38} {'detected':>9} {'FP runs':>8} {'rounds':>7}"
-    lines = []
+    if args.replay:
+        saved = json.loads(args.replay.read_text())
+        runs = [Run(r["nodes"], r["load"], r["slow_pod"], report_from_dict(r["report"])) for r in saved]
+        threshold = args.threshold or StragglerCheck().threshold
+        print(table(runs, threshold))
+        if args.resample:
+            print(resampled(runs, args.resample, threshold))
+        return
+    runs = []
     for n in args.nodes:
-        tallies, walls, launch_s, margins = bench(n, args.runs, check, args.verbose)
-        lines.append(
-            f"{n} nodes: check wall time median {statistics.median(walls):.2f} s, max {max(walls):.2f} s "
-            f"({len(walls)} checks); whole launch incl. agent start-up {launch_s:.1f} s"
-        )
-        lines.append(
-            f"{n} nodes: highest score of a node not slowed: compute {margins[0]:.2f}, network {margins[1]:.2f}; "
-            "lowest compute score of a slowed node: " + ", ".join(f"{f}x -> {v:.2f}" for f, v in margins[2].items())
-        )
-        for factor in FACTORS:
-            for rule in RULES:
-                t = tallies[(rule, factor)]
-                det = "-" if factor == 1.0 else f"{t.detected}/{t.runs}"
-                rounds = statistics.mean(t.rounds)
-                lines.append(
-                    f"{n:>5} {factor:>4}x {rule:<38} {det:>9} {t.false_positive_runs:>4}/{t.runs:<3} {rounds:>7.1f}"
-                )
-        print("\n".join([header, *lines]), flush=True)
-        lines = []
-    print(f"(bisection needs ceil(log2 n) rounds: {', '.join(f'{n}->{math.ceil(math.log2(n))}' for n in args.nodes)})")
+        started = time.perf_counter()
+        runs += measure(n, args.load, args.runs, args.slow_runs)
+        print(f"{n} nodes: {args.runs + args.slow_runs} checks in {time.perf_counter() - started:.0f} s", flush=True)
+        if args.save:
+            args.save.write_text(json.dumps([dataclasses.asdict(r) for r in runs]))
+    print(table(runs, None))
 
 
 if __name__ == "__main__":

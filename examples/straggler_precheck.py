@@ -9,7 +9,7 @@ On a cluster (4 pods of a PyTorchJob, 1 worker each; the image is the repo's Doc
     pyflyte run --remote --image <image> examples/straggler_precheck.py precheck_then_train --nnodes 4
 
 To try the check on several simulated nodes on one machine (one torch elastic agent process per
-node, one of them made 1.5x slower with the test-only hook), see ``docs/straggler.md``.
+node, one of them given a simulated device 1.5x slower), see ``docs/straggler.md``.
 """
 
 from __future__ import annotations

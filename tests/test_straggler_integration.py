@@ -3,20 +3,22 @@
 Each test launches a ``SimulatedCluster`` (c10d rendezvous, gloo, one CPU worker per node) whose
 workers run ``run_straggler_check_in_worker`` and then a stand-in user function that calls its own
 ``init_process_group`` and all-reduces over the whole job (so it also proves the check left no
-process group behind). Slow nodes: the test-only compute slowdown for the deterministic cases, and
-a real CPU quota (a cgroup) for one case.
+process group behind). A slow node is a simulated device 3x slower (``simulate.slow_device``, run
+by the harness around that node's compute trials; 3x is far above the rule's threshold).
+
+No assertion here depends on how fast this machine is: on CPU the check times the CPU time a trial
+costs, and a node must be slower than the others in most trials of every round, so a homogeneous
+cluster is flagged only by chance that ``benchmarks/straggler.py`` measures (0 false-positive runs
+at 3, 4 and 6 nodes under extra CPU load; see docs/straggler.md).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from flytekitplugins_rootcause.straggler import StragglerCheck, Workload
+from flytekitplugins_rootcause.straggler import StragglerCheck
 from flytekitplugins_rootcause.straggler.simulate import (
     LEFT_EXIT_CODE,
     AgentOutcome,
@@ -51,67 +53,9 @@ def test_homogeneous_odd_cluster_has_no_straggler_and_training_starts(tmp_path: 
     assert [o.trained_world_sizes for o in outcomes] == [[3]] * 3
 
 
-def _cpu_quota_cgroup(quota_us: int, period_us: int) -> Path | None:
-    """A cgroup capping CPU at quota/period (v1 ``cpu`` or v2 ``cpu.max``); None where not allowed."""
-    name = f"rootcause-straggler-test-{uuid.uuid4().hex[:8]}"
-    candidates = [
-        (
-            Path("/sys/fs/cgroup/cpu"),
-            lambda d: ((d / "cpu.cfs_period_us", period_us), (d / "cpu.cfs_quota_us", quota_us)),
-        ),
-        (Path("/sys/fs/cgroup"), lambda d: ((d / "cpu.max", f"{quota_us} {period_us}"),)),
-    ]
-    for root, files in candidates:
-        if not (root / "cgroup.procs").exists() or (
-            root == Path("/sys/fs/cgroup") and not (root / "cgroup.controllers").exists()
-        ):
-            continue
-        path = root / name
-        try:
-            path.mkdir()
-            for file, value in files(path):
-                file.write_text(str(value))
-        except OSError:
-            if path.exists():
-                path.rmdir()
-            continue
-        return path
-    return None
-
-
-@pytest.fixture
-def throttled_cgroup() -> Iterator[Path | None]:
-    """10% of one CPU (below the fair share this machine gives a process even when it is busy), or
-    None where no cgroup can be made (not root, no writable cpu controller)."""
-    path = _cpu_quota_cgroup(quota_us=2000, period_us=20000)
-    yield path
-    if path is not None:
-        for _ in range(50):  # the workers have exited; the cgroup empties as soon as they are reaped
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
-
-
-def test_fail_action_names_a_really_slow_pod_and_stops_before_training(
-    tmp_path: Path, throttled_cgroup: Path | None
-) -> None:
-    """A node under a real CPU quota is found, and ``fail`` stops every worker before the user's
-    function. Where no cgroup can be made, the node is slowed 2x with the test-only hook instead."""
-    # trials of ~13 ms of CPU (64 products of 256x256): the kernel enforces a quota at scheduler
-    # ticks, so a task can overrun it by up to a tick (4 ms at HZ=250) before it is throttled; a
-    # trial this long cannot fit in quota + overrun, so every trial of the throttled node waits
-    # out several 20 ms periods (see measure.py on trial length)
-    workload = Workload(
-        matmul_size=256, matmuls_per_trial=64, allreduce_numel=1 << 14, allreduces_per_trial=2, trials=5
-    )
-    cluster = SimulatedCluster(
-        nodes=2,
-        check=StragglerCheck(workload=workload, action="fail"),
-        cgroups={} if throttled_cgroup is None else {1: str(throttled_cgroup)},
-        schedule=({1: 2.0},) if throttled_cgroup is None else ({},),
-    )
+def test_fail_action_names_the_slow_pod_and_stops_before_training(tmp_path: Path) -> None:
+    """``fail`` stops every worker before the user's function and names the slow pod, only that one."""
+    cluster = SimulatedCluster(nodes=2, check=StragglerCheck(action="fail"), schedule=({1: 3.0},))
     outcomes = run_cluster(cluster, tmp_path)
     for o in outcomes:
         assert o.returncode != 0, o.log[-3000:]

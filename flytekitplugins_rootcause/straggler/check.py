@@ -23,9 +23,11 @@ from flytekitplugins_rootcause.straggler.errors import StragglerCheckError
 from flytekitplugins_rootcause.straggler.measure import (
     DeviceChoice,
     StepTimeout,
+    TrialRunner,
     choose_device,
     measure_comm,
     measure_compute,
+    run_trial,
 )
 from flytekitplugins_rootcause.straggler.procgroup import check_process_group, require_elastic_env
 from flytekitplugins_rootcause.straggler.rendezvous_host import agent_hosts_rendezvous
@@ -89,8 +91,11 @@ def _broadcast(obj: Any, device: torch.device) -> Any:
     return _from_tensor(data.cpu(), int(size.item()))
 
 
-def run_check(check: StragglerCheck) -> StragglerReport:
-    """Run the check on every worker of the job (a collective call); returns the same report everywhere."""
+def run_check(check: StragglerCheck, runner: TrialRunner = run_trial) -> StragglerReport:
+    """Run the check on every worker of the job (a collective call); returns the same report everywhere.
+
+    ``runner`` runs each compute trial of this worker (see ``measure.TrialRunner``).
+    """
     started = time.perf_counter()
     ident = current_identity()
     choice = choose_device(ident.local_rank)
@@ -98,7 +103,7 @@ def run_check(check: StragglerCheck) -> StragglerReport:
     try:
         with check_process_group(choice.backend, check.timeout_s):
             identities: list[WorkerIdentity] = _all_gather(ident, choice.device)
-            report = _rounds(check, workload, choice, ident, identities, started)
+            report = _rounds(check, workload, choice, ident, identities, started, runner)
             report = _broadcast(report if dist.get_rank() == 0 else None, choice.device)
     except (RuntimeError, dist.DistError) as exc:  # a peer died or hung: say where and what to do
         raise StragglerCheckError(
@@ -116,6 +121,7 @@ def _rounds(
     ident: WorkerIdentity,
     identities: list[WorkerIdentity],
     started: float,
+    runner: TrialRunner,
 ) -> StragglerReport | None:
     report = StragglerReport(
         threshold=check.threshold,
@@ -151,13 +157,17 @@ def _rounds(
             groups = _broadcast(groups if dist.get_rank() == 0 else None, choice.device)
         history.append(groups)
         rank_groups = [[r for node in g for r in nodes[node]] for g in groups]
-        sample = _measure_round(workload, choice, ident, round_index, rank_groups, check.timeout_s, step_budget_s)
+        sample = _measure_round(
+            workload, choice, ident, round_index, rank_groups, check.timeout_s, step_budget_s, runner
+        )
         samples.extend(_all_gather(sample, choice.device))
     if dist.get_rank() != 0:
         return None
     times = aggregate(node_ranks, samples, history)
-    decisions = decide(times, check.threshold, check.min_excess_s, check.network_threshold)
-    report.nodes = build_nodes(identities, times, decisions, history)
+    decision = decide(times, check.threshold, check.min_excess_s, check.network_threshold)
+    report.nodes = build_nodes(identities, times, decision.nodes, history)
+    report.compute_threshold_applied = decision.compute_threshold
+    report.network_threshold_applied = decision.network_threshold
     report.round_groups = [[list(g) for g in rnd] for rnd in history]
     report.network_localizable = grouping.network_localizable(history)
     report.wall_time_s = time.perf_counter() - started
@@ -172,6 +182,7 @@ def _measure_round(
     rank_groups: list[list[int]],
     timeout_s: float,
     step_budget_s: float,
+    runner: TrialRunner,
 ) -> WorkerSample:
     """Compute (all nodes at once, as in training), then communication within this worker's group."""
     group, _ = dist.new_subgroups_by_enumeration(
@@ -182,7 +193,7 @@ def _measure_round(
     try:
         dist.barrier()
         try:
-            compute_s = measure_compute(workload, choice, step_budget_s)
+            compute_s = measure_compute(workload, choice, step_budget_s, dist.barrier, runner)
         except StepTimeout as exc:
             errors.append(str(exc))
         except Exception as exc:  # a broken device is a verdict ("failed"), not a crash of the check

@@ -59,7 +59,7 @@ def _table(report: StragglerReport) -> str:
 
 
 def _chart(nodes: list[NodeResult], thresholds: dict[str, float]) -> str:
-    """Grouped bars per node: compute and network score (best time / median of the other nodes)."""
+    """Grouped bars per node: compute and network score (see ``decision.py``: lowest round score)."""
     scores = [s for n in nodes for s in (n.compute_score, n.comm_score) if s is not None]
     top = max([1.2, *(t * 1.2 for t in thresholds.values()), *scores])
     bar_w, gap, left, height, plot_h = 18, 14, 40, 220, 170
@@ -101,10 +101,10 @@ def render_html(report: StragglerReport) -> str:
     legend = (
         f'<span style="color:{_COLORS["compute"]}">&#9632; compute</span> '
         f'<span style="color:{_COLORS["network"]}">&#9632; network</span> '
-        "(best time / median of the other nodes; dashed: thresholds)"
+        "(time / median of the other nodes, per trial, lowest round; dashed: thresholds)"
     )
     settings = (
-        f"thresholds: compute {report.threshold:g}x, network {report.network_threshold:g}x, "
+        f"{escape(report.thresholds())}, "
         f"min excess {report.min_excess_s * 1000:g} ms, {report.rounds} round(s), "
         f"{escape(report.device)}/{escape(report.backend)}/{escape(report.dtype)}, matmul {report.matmul_size}, "
         f"all-reduce {report.allreduce_numel} elements, action {escape(report.action)}, "
@@ -116,7 +116,13 @@ def render_html(report: StragglerReport) -> str:
         if report.skipped
         else _table(report)
         + f"<p>{legend}</p>"
-        + _chart(report.nodes, {"compute": report.threshold, "network": report.network_threshold})
+        + _chart(
+            report.nodes,
+            {
+                "compute": max(report.threshold, report.compute_threshold_applied),
+                "network": max(report.network_threshold, report.network_threshold_applied),
+            },
+        )
     )
     return (
         "<style>.rc-straggler table{border-collapse:collapse;font-family:sans-serif;font-size:13px}"

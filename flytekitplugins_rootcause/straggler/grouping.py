@@ -3,7 +3,7 @@
 Round 1 pairs nodes in rank order: {0,1}, {2,3}, ... Later rounds pair the fastest with the slowest
 of the round before. Communication is shared within a group, so a node with a slow link makes its
 whole group slow; pairing it in round 2 with a *different*, fast partner shows which of the two it
-was (the partner's best time recovers, its own does not). With an odd count the last node joins a
+was (the partner's time recovers, its own does not). With an odd count the last node joins a
 group (a group of 3) rather than running alone: a lone node has no link to measure.
 """
 

@@ -5,21 +5,29 @@ shows on its own node; communication is shared by the group, so only the pairing
 tell which node's link is slow.
 
 Each step runs a fixed workload (the same on every worker, or a slow node would simply get less
-work) as several timed trials after one untimed warm-up trial, and reports the **fastest** trial.
-Noise only ever adds time (a trial cannot run faster than the device or the link allows), so the
-fastest trial is the best estimate of what the hardware can do: preemption, a page fault or a
-neighbour's burst in some trials does not count, while a persistent slowdown (a throttled GPU, a
-link trained down, a CPU quota) raises every trial, the fastest included. The price: a device that
-is slow only now and then (in a minority of trials) is not caught by a check this short.
+work) as several timed trials after one untimed warm-up trial, and returns **every** trial's time:
+the verdict (``decision.py``) compares nodes trial by trial and needs a node to be slow in most
+trials of every round, so no single lucky or unlucky trial decides anything.
 
-Trials are kept short on CPU (under a millisecond) so that on a busy host some trials run
-unpreempted. A time-sharing slowdown that should count on CPU (a CPU-hog neighbour, a cgroup quota)
-then needs trials longer than the scheduler slice or quota period: use an explicit ``Workload``.
+Compute trials are lined up across the whole job (a barrier before each), so trial ``k`` runs on
+every node at the same time and whatever else happened meanwhile hits all nodes alike. On CPU a
+trial is tens of milliseconds of work (see ``settings.AUTO_WORKLOADS``), long against timer
+resolution and cache warm-up.
+
+What a compute trial's time is depends on the device. On CUDA: wall time up to a device sync, the
+time the GPU needed. On CPU: the **CPU time** the process spent on the trial, not its wall time.
+A CPU that computes slowly (a lower or throttled clock, a worse part, memory bandwidth or caches
+contended by a neighbour) needs more CPU time for the same work; waiting for a turn on a shared
+core does not, and on a shared host that wait is large, persistent for seconds and unrelated to
+the node (the scheduler may put three busy processes on one core and two on another): measured in
+wall time, it made healthy simulated nodes look up to 2x slower than their peers. The price:
+time-sharing slowdowns of a CPU node (a CPU quota, a CPU-hog neighbour) are not found on CPU.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,19 +35,15 @@ import torch.distributed as dist
 
 from flytekitplugins_rootcause.straggler.settings import Workload
 
-#: TEST AND BENCHMARK ONLY: a factor > 1 makes this process's compute step genuinely slower in
-#: wall-clock time (it sleeps ``(factor - 1) x`` the time each trial took), simulating a slow node
-#: deterministically on a machine with too few cores for real per-node hardware. Nothing in the
-#: plugin sets it; only ``set_test_only_compute_slowdown`` (called by the simulation harness) does.
-_TEST_ONLY_COMPUTE_SLOWDOWN = 1.0
+#: Runs one compute trial (the callable it is given) and returns when it is done. The default just
+#: calls it; a harness can wrap it, e.g. ``simulate.py`` makes a simulated node's device slower
+#: without touching the measurement.
+TrialRunner = Callable[[Callable[[], None]], None]
 
 
-def set_test_only_compute_slowdown(factor: float) -> None:
-    """TEST AND BENCHMARK ONLY: slow this process's compute step down by ``factor`` (>= 1)."""
-    global _TEST_ONLY_COMPUTE_SLOWDOWN
-    if factor < 1.0:
-        raise ValueError(f"a slowdown factor must be >= 1, got {factor!r}")
-    _TEST_ONLY_COMPUTE_SLOWDOWN = factor
+def run_trial(trial: Callable[[], None]) -> None:
+    """The default ``TrialRunner``: run the trial as it is."""
+    trial()
 
 
 class StepTimeout(RuntimeError):
@@ -72,38 +76,66 @@ def choose_device(local_rank: int) -> DeviceChoice:
     return DeviceChoice(torch.device("cpu"), "gloo", torch.float32)
 
 
+def trial_clock(device: torch.device) -> Callable[[], float]:
+    """What a compute trial is timed with (see the module doc): wall time on CUDA, CPU time on CPU."""
+    return time.perf_counter if device.type == "cuda" else time.process_time
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def measure_compute(workload: Workload, choice: DeviceChoice, budget_s: float) -> float:
-    """Fastest wall time of ``trials`` trials of ``matmuls_per_trial`` square matrix products."""
+def measure_compute(
+    workload: Workload,
+    choice: DeviceChoice,
+    budget_s: float,
+    line_up: Callable[[], None],
+    runner: TrialRunner = run_trial,
+) -> tuple[float, ...]:
+    """Times (``trial_clock``) of ``trials`` trials of ``matmuls_per_trial`` square matrix products.
+
+    ``line_up`` (a barrier over the whole job) starts every trial, the warm-up included. It is
+    called ``trials + 1`` times whatever happens, so that every worker runs the same collectives:
+    a worker whose device raised or ran past ``budget_s`` skips the remaining work but still lines
+    up, and raises (``StepTimeout`` or the device's error) only after the last trial.
+    """
     n = workload.matmul_size
     gen = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(n, n, generator=gen, dtype=torch.float32).to(choice.device, choice.dtype)
     b = torch.randn(n, n, generator=gen, dtype=torch.float32).to(choice.device, choice.dtype)
     out = torch.empty_like(a)
-    started = time.perf_counter()
-    trials = []
-    for trial in range(workload.trials + 1):  # trial 0 warms up (kernel choice, allocator, caches, clocks)
-        t0 = time.perf_counter()
+
+    def trial() -> None:
         for _ in range(workload.matmuls_per_trial):
             torch.matmul(a, b, out=out)
         _sync(choice.device)
-        elapsed = time.perf_counter() - t0
-        if _TEST_ONLY_COMPUTE_SLOWDOWN > 1.0:
-            time.sleep((_TEST_ONLY_COMPUTE_SLOWDOWN - 1.0) * elapsed)
-            elapsed = time.perf_counter() - t0
-        if trial:
-            trials.append(elapsed)
+
+    clock = trial_clock(choice.device)
+    started = time.perf_counter()
+    times: list[float] = []
+    failure: Exception | None = None
+    for index in range(workload.trials + 1):  # trial 0 warms up (kernel choice, allocator, caches, clocks)
+        line_up()
+        if failure is not None:
+            continue
+        t0 = clock()
+        try:
+            runner(trial)
+        except Exception as exc:  # reported once every trial has lined up
+            failure = exc
+            continue
+        if index:
+            times.append(clock() - t0)
         if time.perf_counter() - started > budget_s:
-            raise StepTimeout(f"compute step took over {budget_s:.1f} s ({len(trials)}/{workload.trials} trials)")
-    return min(trials)
+            failure = StepTimeout(f"compute step took over {budget_s:.1f} s ({len(times)}/{workload.trials} trials)")
+    if failure is not None:
+        raise failure
+    return tuple(times)
 
 
-def measure_comm(workload: Workload, choice: DeviceChoice, group: dist.ProcessGroup) -> float:
-    """Fastest wall time of ``trials`` trials of ``allreduces_per_trial`` all-reduces within ``group``.
+def measure_comm(workload: Workload, choice: DeviceChoice, group: dist.ProcessGroup) -> tuple[float, ...]:
+    """Wall times of ``trials`` trials of ``allreduces_per_trial`` all-reduces within ``group``.
 
     Each trial starts together: a one-element all-reduce lines the group up first, so a partner that
     arrives late (say, from a slow compute step) is not billed as a slow link. No per-step deadline
@@ -112,7 +144,7 @@ def measure_comm(workload: Workload, choice: DeviceChoice, group: dist.ProcessGr
     """
     payload = torch.ones(workload.allreduce_numel, dtype=choice.dtype, device=choice.device)
     token = torch.zeros(1, dtype=torch.float32, device=choice.device)
-    trials = []
+    times = []
     for trial in range(workload.trials + 1):  # trial 0 warms up (connections, NCCL communicator)
         dist.all_reduce(token, group=group)
         _sync(choice.device)
@@ -121,5 +153,5 @@ def measure_comm(workload: Workload, choice: DeviceChoice, group: dist.ProcessGr
             dist.all_reduce(payload, group=group)
         _sync(choice.device)
         if trial:
-            trials.append(time.perf_counter() - t0)
-    return min(trials)
+            times.append(time.perf_counter() - t0)
+    return tuple(times)

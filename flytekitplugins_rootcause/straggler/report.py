@@ -15,7 +15,8 @@ from flytekitplugins_rootcause.straggler.samples import WorkerIdentity
 
 @dataclass
 class NodeResult:
-    """One node: its groups and times per round (max over its local workers), scores and verdict."""
+    """One node: its groups and times per round (median trial; trials: max over its local workers),
+    every trial's time (so a benchmark can re-run the decision on them), scores and verdict."""
 
     node_rank: int
     pod: str
@@ -24,6 +25,8 @@ class NodeResult:
     groups: list[list[int]] = field(default_factory=list)
     compute_s: list[float | None] = field(default_factory=list)
     comm_s: list[float | None] = field(default_factory=list)
+    compute_trials_s: list[list[float] | None] = field(default_factory=list)
+    comm_trials_s: list[list[float] | None] = field(default_factory=list)
     best_compute_s: float | None = None
     best_comm_s: float | None = None
     compute_score: float | None = None
@@ -44,6 +47,8 @@ class StragglerReport:
     nodes: list[NodeResult] = field(default_factory=list)
     threshold: float = 0.0
     network_threshold: float = 0.0
+    compute_threshold_applied: float = 0.0  # ``threshold``, or higher where the measured noise was
+    network_threshold_applied: float = 0.0
     min_excess_s: float = 0.0
     rounds: int = 0
     round_groups: list[list[list[int]]] = field(default_factory=list)
@@ -75,16 +80,20 @@ class StragglerReport:
         """One line for logs and error messages."""
         if self.skipped:
             return f"straggler check skipped: {self.skipped}"
-        if not self.flagged:
-            return (
-                f"straggler check: all {len(self.nodes)} nodes ok (thresholds: compute {self.threshold:g}x, "
-                f"network {self.network_threshold:g}x the median of the other nodes)"
-            )
         named = ", ".join(f"{n.describe()} {n.verdict}" for n in self.flagged)
-        return (
-            f"straggler check: {named} (thresholds: compute {self.threshold:g}x, network "
-            f"{self.network_threshold:g}x the median of the other nodes)"
-        )
+        verdict = named if named else f"all {len(self.nodes)} nodes ok"
+        return f"straggler check: {verdict} ({self.thresholds()})"
+
+    def thresholds(self) -> str:
+        """The thresholds applied, and the configured ones where the measured noise raised them."""
+        parts = []
+        for name, configured, applied in (
+            ("compute", self.threshold, self.compute_threshold_applied),
+            ("network", self.network_threshold, self.network_threshold_applied),
+        ):
+            raised = f" (raised by noise from {configured:g}x)" if applied > configured else ""
+            parts.append(f"{name} {max(applied, configured):.3g}x{raised}")
+        return "thresholds: " + ", ".join(parts) + " the median of the other nodes, in every round"
 
     def table(self) -> str:
         """A short fixed-width table: one row per node."""
@@ -140,8 +149,10 @@ def build_nodes(
                 host=lead.host if lead else "?",
                 local_workers=len(workers),
                 groups=[list(_group_of(t.node_rank, groups)) for groups in round_groups],
-                compute_s=list(t.compute_s),
-                comm_s=list(t.comm_s),
+                compute_s=list(t.round_compute_s),
+                comm_s=list(t.round_comm_s),
+                compute_trials_s=[None if v is None else list(v) for v in t.compute_s],
+                comm_trials_s=[None if v is None else list(v) for v in t.comm_s],
                 best_compute_s=t.best_compute_s,
                 best_comm_s=t.best_comm_s,
                 compute_score=d.compute_score,

@@ -6,10 +6,10 @@ for the last worker of the job, so one slow GPU in a node makes that node (and t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from flytekitplugins_rootcause.straggler.decision import NodeTimes
+from flytekitplugins_rootcause.straggler.decision import NodeTimes, Trials
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,13 @@ class WorkerIdentity:
 
 @dataclass(frozen=True)
 class WorkerSample:
-    """One worker's result for one round (None: the step raised or timed out, see ``error``)."""
+    """One worker's trial times for one round (None: the step raised or timed out, see ``error``)."""
 
     rank: int
     node_rank: int
     round_index: int
-    compute_s: float | None
-    comm_s: float | None
+    compute_s: Trials | None
+    comm_s: Trials | None
     error: str = ""
 
 
@@ -47,15 +47,15 @@ def ranks_by_node(identities: Iterable[WorkerIdentity]) -> dict[int, list[int]]:
 def aggregate(
     node_ranks: Sequence[int], samples: Iterable[WorkerSample], round_groups: Sequence[Sequence[Sequence[int]]]
 ) -> list[NodeTimes]:
-    """Per node and round: compute is the max over the node's local workers (it is local); the
-    communication time is its group's, the *min* over every rank of the group, because a collective
-    ends for all its ranks at once (they start lined up), so a rank that saw it take longer was
-    itself held up (preempted, paged out) and the shortest view is the link's. Any worker's error
-    marks its node failed.
+    """Per node and round, trial by trial: compute is the max over the node's local workers (it is
+    local, and trial ``k`` ran on all of them at once); the communication time is its group's, the
+    *min* over every rank of the group, because a collective ends for all its ranks at once (they
+    start lined up), so a rank that saw it take longer was itself held up (preempted, paged out) and
+    the shortest view is the link's. Any worker's error marks its node failed.
     """
     rounds = len(round_groups)
-    compute: dict[int, list[list[float | None]]] = {n: [[] for _ in range(rounds)] for n in node_ranks}
-    comm: dict[int, list[list[float | None]]] = {n: [[] for _ in range(rounds)] for n in node_ranks}
+    compute: dict[int, list[list[Trials | None]]] = {n: [[] for _ in range(rounds)] for n in node_ranks}
+    comm: dict[int, list[list[Trials | None]]] = {n: [[] for _ in range(rounds)] for n in node_ranks}
     errors: dict[int, list[str]] = {n: [] for n in node_ranks}
     for s in samples:
         if s.round_index >= rounds:
@@ -64,16 +64,16 @@ def aggregate(
         comm[s.node_rank][s.round_index].append(s.comm_s)
         if s.error:
             errors[s.node_rank].append(f"rank {s.rank}, round {s.round_index + 1}: {s.error}")
-    group_comm: dict[int, list[float | None]] = {n: [None] * rounds for n in node_ranks}
+    group_comm: dict[int, list[Trials | None]] = {n: [None] * rounds for n in node_ranks}
     for r, groups in enumerate(round_groups):
         for group in groups:
-            seen = [v for node in group for v in comm[node][r] if v is not None]
+            seen = [v for node in group for v in comm[node][r] if v]  # any member's view will do
             for node in group:
-                group_comm[node][r] = min(seen) if seen else None
+                group_comm[node][r] = _per_trial(min, seen)
     return [
         NodeTimes(
             node_rank=n,
-            compute_s=tuple(_node_max(v) for v in compute[n]),
+            compute_s=tuple(_per_trial(max, v) for v in compute[n]),
             comm_s=tuple(group_comm[n]),
             error="; ".join(errors[n]),
         )
@@ -82,19 +82,21 @@ def aggregate(
 
 
 def round_times(nodes: Iterable[NodeTimes], round_index: int) -> dict[int, float]:
-    """node -> its communication time in ``round_index`` (what the next round's pairing sorts by).
+    """node -> its median communication trial in ``round_index`` (what the next round's pairing sorts by).
 
     Communication is what pairing can localize (compute is local and needs no partner); a node that
     was not measured sorts as the slowest, so it is paired with the fastest node next.
     """
     times = {}
     for n in nodes:
-        value = n.comm_s[round_index]
+        value = n.round_comm_s[round_index]
         times[n.node_rank] = float("inf") if value is None else value
     return times
 
 
-def _node_max(values: list[float | None]) -> float | None:
-    if not values or any(v is None for v in values):
+def _per_trial(pick: Callable[[Iterable[float]], float], views: list[Trials | None]) -> Trials | None:
+    """Trial ``k`` of several workers folded into one (``max`` or ``min``); None if any is missing."""
+    if not views or any(not v for v in views):
         return None
-    return max(v for v in values if v is not None)
+    count = min(len(v) for v in views if v)
+    return tuple(pick(v[k] for v in views if v) for k in range(count))

@@ -30,14 +30,14 @@ class Workload:
         matmuls_per_trial: matrix products timed together as one trial.
         allreduce_numel: elements of the tensor all-reduced in the communication step.
         allreduces_per_trial: all-reduces timed together as one trial.
-        trials: timed trials per step; the step reports the fastest (see ``measure.py``).
+        trials: timed trials per step and round; a node must be slow in most of them (``decision.py``).
     """
 
     matmul_size: int
     matmuls_per_trial: int
     allreduce_numel: int
     allreduces_per_trial: int
-    trials: int = 7
+    trials: int = 5
 
     def __post_init__(self) -> None:
         for name in ("matmul_size", "matmuls_per_trial", "allreduce_numel", "allreduces_per_trial", "trials"):
@@ -46,13 +46,15 @@ class Workload:
                 raise ValueError(f"Workload.{name} must be a positive integer, got {value!r}")
 
 
-#: Sizes picked when ``workload="auto"``. CPU: a product of two 256x256 fp32 matrices takes ~0.2 ms
-#: on one core; a trial (4 products, under 1 ms; one all-reduce of 256 KiB) is short and there are
-#: many, so that even on a busy host some run unpreempted (see ``measure.py``).
-#: CUDA: 8192x8192 bf16 keeps an H100 busy ~1.5 ms per product, long enough to dwarf launch
-#: overhead; 32 Mi bf16 elements (64 MiB) per all-reduce is in NCCL's bandwidth-bound regime.
+#: Sizes picked when ``workload="auto"``. CPU: a product of two 256x256 fp32 matrices takes ~0.4 ms
+#: of one core, so a trial of 48 is ~18 ms of CPU time (longer in wall time where nodes share
+#: cores): long against the scheduler's time slice and timer resolution, so a trial measures the
+#: device rather than one scheduling decision; 5 trials per round keep a 6-node check on a shared
+#: 2-core machine at about 2 s. 4 all-reduces of 256 KiB per communication trial likewise.
+#: CUDA: 8192x8192 bf16 keeps an H100 busy ~1.5 ms per product, 10 per trial; 32 Mi bf16 elements
+#: (64 MiB) per all-reduce is in NCCL's bandwidth-bound regime.
 AUTO_WORKLOADS: dict[str, Workload] = {
-    "cpu": Workload(matmul_size=256, matmuls_per_trial=4, allreduce_numel=1 << 16, allreduces_per_trial=1, trials=25),
+    "cpu": Workload(matmul_size=256, matmuls_per_trial=48, allreduce_numel=1 << 16, allreduces_per_trial=4),
     "cuda": Workload(matmul_size=8192, matmuls_per_trial=10, allreduce_numel=1 << 25, allreduces_per_trial=4),
 }
 
@@ -62,15 +64,16 @@ class StragglerCheck:
     """Settings of the straggler pre-check (DLRover-style paired benchmarks, run before training).
 
     Args:
-        threshold: a node is slow when its best time exceeds ``threshold`` times the median of the
-            *other* nodes (see ``decision.py`` for why the reference leaves the node out).
+        threshold: a node is slow when, in every round, its trials take more than ``threshold`` times
+            the median of the *other* nodes' same trials (the median over its trials; see
+            ``decision.py``). Raised automatically where the measured noise would reach it.
         network_threshold: the same ratio for communication times. Higher than ``threshold`` by
             default because link times vary more than device times even when nothing is broken
             (a shared fabric, other jobs' traffic, and on a busy host the CPU time a loopback
             transfer waits for), while the faults worth stopping for (a link trained down to half
             its speed, a flapping port) cost a factor of 2 or more. Lower it on a quiet fabric.
-        min_excess_s: and exceeds it by at least this many seconds, so sub-millisecond jitter of a
-            tiny workload is never called a straggler.
+        min_excess_s: and its median trial exceeds the reference by at least this many seconds, so
+            the jitter of a tiny explicit workload is never called a straggler.
         rounds: benchmark rounds; round 1 pairs nodes in rank order, each later round pairs the
             fastest with the slowest so far. Two rounds localize a slow link (needs >= 4 nodes).
         workload: ``"auto"`` (sized to the device) or an explicit ``Workload``.
@@ -82,7 +85,7 @@ class StragglerCheck:
 
     threshold: float = 1.3
     network_threshold: float = 2.0
-    min_excess_s: float = 0.0001
+    min_excess_s: float = 0.001
     rounds: int = 2
     workload: Workload | str = "auto"
     timeout_s: float = 300.0

@@ -2,9 +2,9 @@
 
 Used by the integration tests and ``benchmarks/straggler.py`` (and handy to try the check locally).
 Each agent is a real subprocess calling ``elastic_launch`` with c10d rendezvous on 127.0.0.1, its
-worker(s) real spawned processes with gloo. A node is "slow" through the test-only compute
-slowdown (``measure.set_test_only_compute_slowdown``) or through real CPU contention set up by the
-caller (``cgroups`` moves a node's workers into a cgroup, e.g. one with a CPU quota).
+worker(s) real spawned processes with gloo. A node is made slow from outside the check: the
+harness hands the check a trial runner (``slow_device``) that makes each of that node's compute
+trials cost more, as on a slower CPU; the check's measurement is the same as in production.
 
 Each worker runs ``schedule`` checks in a row (entry ``i`` maps pod index -> slowdown factor for the
 i-th check), writes every report as JSON, then runs a stand-in "user function" that records that it
@@ -21,11 +21,12 @@ import pickle
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from flytekitplugins_rootcause.loopback import free_port
+from flytekitplugins_rootcause.straggler.measure import TrialRunner, run_trial
 from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 
@@ -40,7 +41,6 @@ class SimulatedCluster:
     nnodes: str | None = None  # default: fixed at ``nodes``
     max_restarts: int = 0
     nproc_per_node: int = 1
-    cgroups: Mapping[int, str] = field(default_factory=dict)  # pod index -> cgroup dir its workers join
     last_call_timeout_s: int = 1
 
 
@@ -58,6 +58,30 @@ class AgentOutcome:
 
 #: Exit code of a simulated agent stopped by a signal (an excluded straggler leaving the job).
 LEFT_EXIT_CODE = 3
+
+
+def slow_device(factor: float) -> TrialRunner:
+    """A trial runner for a simulated CPU ``factor`` times slower than this machine's.
+
+    All simulated nodes share this machine's cores, so no node can be given slower hardware. The
+    runner runs the real trial, then keeps the CPU busy until the trial has cost ``factor`` times
+    the CPU time it took: what the same work costs on a CPU that much slower, which is what the
+    check times on CPU (``measure.trial_clock``). The extra work also competes for the cores like
+    real work does.
+    """
+    if not factor >= 1.0:
+        raise ValueError(f"a simulated slowdown factor must be >= 1, got {factor!r}")
+    if factor == 1.0:
+        return run_trial
+
+    def run(trial: Callable[[], None]) -> None:
+        started = time.process_time()
+        trial()
+        until = started + factor * (time.process_time() - started)
+        while time.process_time() < until:
+            pass
+
+    return run
 
 
 def pod_name_of(index: int) -> str:
@@ -110,23 +134,16 @@ def report_from_dict(data: dict) -> StragglerReport:
 
 def _worker(cluster: SimulatedCluster, index: int, workdir: str) -> int:
     """Runs in each spawned worker: the checks of the schedule, then the stand-in user function."""
-    from flytekitplugins_rootcause.straggler.measure import set_test_only_compute_slowdown
     from flytekitplugins_rootcause.straggler.worker import run_straggler_check_in_worker
 
-    if index in cluster.cgroups:  # e.g. a CPU quota: a real slowdown, set up by the caller
-        Path(cluster.cgroups[index], "cgroup.procs").write_text(str(os.getpid()))
     pod, rank = pod_name_of(index), os.environ["RANK"]
     _say(f"worker rank {rank} of {pod} started")
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    try:
-        for i, slowdowns in enumerate(cluster.schedule):
-            set_test_only_compute_slowdown(slowdowns.get(index, 1.0))
-            report = run_straggler_check_in_worker(cluster.check, nnodes=cluster.nnodes or cluster.nodes)
-            out = Path(workdir) / f"report-{pod}-rank{rank}-a{attempt}-{i:04d}.json"
-            out.write_text(json.dumps(dataclasses.asdict(report)))
-    finally:
-        if index in cluster.cgroups:  # leave the quota again, or this process's exit crawls along too
-            Path(cluster.cgroups[index]).parent.joinpath("cgroup.procs").write_text(str(os.getpid()))
+    for i, slowdowns in enumerate(cluster.schedule):
+        runner = slow_device(slowdowns.get(index, 1.0))
+        report = run_straggler_check_in_worker(cluster.check, nnodes=cluster.nnodes or cluster.nodes, runner=runner)
+        out = Path(workdir) / f"report-{pod}-rank{rank}-a{attempt}-{i:04d}.json"
+        out.write_text(json.dumps(dataclasses.asdict(report)))
     _say(f"worker rank {rank} of {pod}: checks done, user function starts")
     _user_function(Path(workdir) / f"trained-{pod}-rank{rank}-a{attempt}")
     _say(f"worker rank {rank} of {pod}: user function done")

@@ -13,6 +13,7 @@ from flytekitplugins_rootcause.straggler.actions import EXCLUDE_RESTART_EXIT_COD
 from flytekitplugins_rootcause.straggler.check import run_check
 from flytekitplugins_rootcause.straggler.deck import publish_deck
 from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
+from flytekitplugins_rootcause.straggler.measure import TrialRunner, run_trial
 from flytekitplugins_rootcause.straggler.report import StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 
@@ -34,7 +35,9 @@ def _ensure_log_handler() -> None:
         logger.addHandler(handler)
 
 
-def run_straggler_check_in_worker(check: StragglerCheck, *, nnodes: int | str | None = None) -> StragglerReport:
+def run_straggler_check_in_worker(
+    check: StragglerCheck, *, nnodes: int | str | None = None, runner: TrialRunner = run_trial
+) -> StragglerReport:
     """Run the check in this torch elastic worker, report it, and act on it (all workers call this).
 
     Inits a process group if none exists and destroys it afterwards, so the user's own
@@ -42,10 +45,11 @@ def run_straggler_check_in_worker(check: StragglerCheck, *, nnodes: int | str | 
     ``warn`` returns; ``fail`` raises ``StragglerDetectedError`` on every worker (before training);
     ``exclude`` makes flagged pods leave and healthy ones restart (see ``actions.py``); this
     function then does not return. ``nnodes`` is the task's setting (default: ``PET_NNODES``),
-    needed by ``exclude`` only.
+    needed by ``exclude`` only. ``runner`` runs each compute trial (a harness such as ``simulate.py``
+    wraps it to make a simulated node's device slower; the default runs the trial as it is).
     """
     _ensure_log_handler()
-    report = run_check(check)
+    report = run_check(check, runner)
     rank = int(os.environ["RANK"])
     node_rank = int(os.environ["GROUP_RANK"])
     if rank == 0:
