@@ -28,7 +28,7 @@ from google.protobuf import unknown_fields
 from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
 from backend_reader.ordering import Role, TimeSource
 from backend_reader.roles import classify_role, rank_from_report
-from backend_reader.safe_text import safe_text
+from backend_reader.safe_text import safe_line, safe_text
 
 _NS_PER_S = 1_000_000_000
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
@@ -109,10 +109,10 @@ def parse_error_document(
     message = safe_text(error.message)
     return FailureRecord(
         error_uri=error_uri,
-        worker=safe_text(error.worker),
+        worker=safe_line(error.worker),
         timestamp_ns=timestamp_ns,
         role=classify_role(message=message),
-        code=safe_text(error.code),
+        code=safe_line(error.code),
         kind=ErrorKind(execution_pb2.ExecutionError.ErrorKind.Name(error.origin)),
         recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
         message=cut_message(message, message_limit_bytes),

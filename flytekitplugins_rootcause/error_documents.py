@@ -31,7 +31,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from backend_reader.listing_keys import keyed_file_name, listing_key_for
 from backend_reader.roles import role_from_marker, role_marker
-from backend_reader.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_text
+from backend_reader.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from flytekitplugins_rootcause.worker_names import sanitize_worker_name
 
@@ -151,12 +151,12 @@ def last_resort_document(exc: BaseException, worker: str) -> bytes:
     report = getattr(exc, "report", None) or exception_summary(exc)
     document = errors_pb2.ErrorDocument(
         error=container(
-            code=safe_text(code),
+            code=safe_line(code),
             message=error_message(report, exc),
             kind=container.RECOVERABLE if recoverable else container.NON_RECOVERABLE,
             origin=origin,
             timestamp=timestamp,
-            worker=safe_text(worker),
+            worker=safe_line(worker),
         )
     )
     return document.SerializeToString()

@@ -16,7 +16,13 @@ import textwrap
 
 from backend_reader.ordering import Role
 from backend_reader.roles import role_marker
-from backend_reader.safe_text import MAX_REPORT_BYTES, MAX_REPORT_TRACEBACK_BYTES, bounded_text, first_line
+from backend_reader.safe_text import (
+    MAX_REPORT_BYTES,
+    MAX_REPORT_TRACEBACK_BYTES,
+    bounded_text,
+    first_line,
+    safe_line,
+)
 from flytekitplugins_rootcause.failures import WorkerFailure, signal_name
 
 #: What a death by signal usually means on a training cluster, and what to check.
@@ -94,8 +100,8 @@ def describe_worker(failure: WorkerFailure) -> str:
     rank = "rank ?" if failure.global_rank is None else f"rank {failure.global_rank}"
     local = "?" if failure.local_rank is None else str(failure.local_rank)
     group = "?" if failure.group_rank is None else str(failure.group_rank)
-    where = failure.worker or "?"
-    host = f"host {failure.host}, " if failure.host and failure.host != failure.worker else ""
+    where = safe_line(failure.worker) or "?"
+    host = f"host {safe_line(failure.host)}, " if failure.host and failure.host != failure.worker else ""
     pid = "?" if failure.pid is None else str(failure.pid)
     status = ""
     if failure.signal_name:

@@ -34,6 +34,7 @@ from backend_reader.safe_text import (
     bounded_text,
     exception_summary,
     format_traceback,
+    safe_line,
     safe_text,
 )
 
@@ -128,8 +129,8 @@ def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
             "rank": _int_env("RANK"),
             "local_rank": _int_env("LOCAL_RANK"),
             "group_rank": _int_env("GROUP_RANK"),
-            "host": socket.gethostname(),
-            "worker": safe_text(worker_name()),
+            "host": safe_line(socket.gethostname()),
+            "worker": safe_line(worker_name()),
             "pid": os.getpid(),
         },
     }
@@ -180,8 +181,8 @@ def parse_error_file(text: str) -> RecordedError:
         global_rank=opt_int("rank"),
         local_rank=opt_int("local_rank"),
         group_rank=opt_int("group_rank"),
-        host=safe_text(str(ours.get("host", ""))),
-        worker=safe_text(str(ours.get("worker", ""))),
+        host=safe_line(str(ours.get("host", ""))),
+        worker=safe_line(str(ours.get("worker", ""))),
         pid=opt_int("pid"),
     )
 
