@@ -203,7 +203,7 @@ def read_error_file(path: str, max_bytes: int = MAX_WORKER_ERROR_FILE_BYTES) -> 
     if len(raw) > max_bytes:
         return _unreadable(f"error file {path} is larger than {max_bytes} bytes")
     try:  # bytes that are not UTF-8 are escaped, not a reason to lose the file
-        return parse_error_file(raw.decode("utf-8", errors="backslashreplace"))
+        return parse_error_file(raw.decode("utf-8", errors="surrogateescape"))
     except WorkerErrorFileError as exc:
         return _unreadable(f"error file {path} is not a torchelastic error file: {exc}")
 
