@@ -5,8 +5,11 @@ anyone wrote, so every way a file can be wrong ends in a :class:`SkippedFile` wi
 an exception: empty, not protobuf (corrupt or truncated), a different message that happens to
 parse (protobuf accepts many byte strings), an enum value Flyte does not define, an impossible
 timestamp. The checks for "a different message" are heuristics a real writer never trips: no
-unknown fields, a ``ContainerError`` present with a code or a message, and no binary control
-characters in those strings (an ``outputs.pb`` parsed as an ErrorDocument has them).
+unknown fields, a ``ContainerError`` present with a code or a message, and, for a document that
+carries nothing but a code and a message, no binary control characters in those strings (an
+``outputs.pb`` parsed as an ErrorDocument looks exactly like that). A document with an origin, a
+time or a worker is a real writer's: it is never refused for what its strings contain, which are
+made safe for showing instead (``safe_text``), since a user's exception may hold any character.
 
 Pure: bytes in, record out, so it is tested without storage.
 """
@@ -25,12 +28,14 @@ from google.protobuf import unknown_fields
 from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
 from backend_reader.ordering import Role, TimeSource
 from backend_reader.roles import classify_role, rank_from_report
+from backend_reader.safe_text import safe_line, safe_text
 
 _NS_PER_S = 1_000_000_000
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
 _MIN_SECONDS = -62_135_596_800
 _MAX_SECONDS = 253_402_300_799
-# C0 controls other than TAB, LF, CR and ESC (ANSI colours are common in tracebacks).
+# C0 controls other than TAB, LF, CR and ESC (ANSI colours are common in tracebacks): a nested
+# protobuf's field tags and lengths, when a foreign message is read as an ErrorDocument.
 _BINARY_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
 
 
@@ -101,17 +106,18 @@ def parse_error_document(
     timestamp_ns, time_problem = _timestamp_ns(error)
     if time_problem is not None:
         return SkippedFile(error_uri, time_problem)
+    message = safe_text(error.message)
     return FailureRecord(
         error_uri=error_uri,
-        worker=error.worker,
+        worker=safe_line(error.worker),
         timestamp_ns=timestamp_ns,
-        role=classify_role(message=error.message),
-        code=error.code,
+        role=classify_role(message=message),
+        code=safe_line(error.code),
         kind=ErrorKind(execution_pb2.ExecutionError.ErrorKind.Name(error.origin)),
         recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
-        message=cut_message(error.message, message_limit_bytes),
+        message=cut_message(message, message_limit_bytes),
         time_source=TimeSource.UNKNOWN if timestamp_ns is None else TimeSource.REPORTED,
-        global_rank=rank_from_report(error.message),
+        global_rank=rank_from_report(message),
         fingerprint=_fingerprint(error),
     )
 
@@ -130,10 +136,22 @@ def _foreign_document_problem(document: errors_pb2.ErrorDocument) -> str | None:
         return f"unknown error origin {error.origin}"
     if error.kind not in errors_pb2.ContainerError.Kind.values():
         return f"unknown error kind {error.kind}"
-    for name, text in (("code", error.code), ("message", error.message), ("worker", error.worker)):
-        if _BINARY_CHARS.search(text):
-            return f"binary data in the {name}"
+    if _only_code_and_message(error):
+        for name, text in (("code", error.code), ("message", error.message)):
+            if _BINARY_CHARS.search(text):
+                return f"binary data in the {name}"
     return None
+
+
+def _only_code_and_message(error: errors_pb2.ContainerError) -> bool:
+    """Nothing but fields 1 and 2 set: what any protobuf whose field 1 is a message (a map, such as
+    ``outputs.pb``'s ``LiteralMap``) reads as. Every Flyte writer also sets an origin."""
+    return (
+        error.origin == execution_pb2.ExecutionError.UNKNOWN
+        and error.kind == errors_pb2.ContainerError.NON_RECOVERABLE
+        and not error.HasField("timestamp")
+        and not error.worker
+    )
 
 
 def _timestamp_ns(error: errors_pb2.ContainerError) -> tuple[int | None, str | None]:

@@ -18,6 +18,7 @@ from rich.text import Text
 from backend_reader.documents import ErrorKind, FailureRecord
 from backend_reader.layout import base_name
 from backend_reader.results import ReadResult
+from backend_reader.safe_text import safe_text
 from backend_reader.timefmt import rfc3339_ns, rfc3339_ns_or_none
 from backend_reader.timeline import TimelineEntry, build_timeline, format_offset, span_s, text_bar
 
@@ -100,17 +101,18 @@ def print_table(result: ReadResult, console: Console) -> None:
         skipped.add_column("file", overflow="fold")
         skipped.add_column("reason", overflow="fold")
         for skip in result.skipped:
-            skipped.add_row(Text(skip.error_uri), Text(skip.reason))
+            skipped.add_row(Text(safe_text(skip.error_uri)), Text(safe_text(skip.reason)))
         console.print(skipped)
     outcome = result.execution_error()
     proto = outcome.execution_error
     verdict = Text("Task error: ", style="bold")
-    verdict.append(f"{proto.code} from {proto.worker or 'unknown worker'} ({proto.error_uri or 'no file'})")
+    verdict.append(safe_text(f"{proto.code} from {proto.worker or 'unknown worker'} ({proto.error_uri or 'no file'})"))
     console.print(verdict)
 
 
 def _row(result: ReadResult, index: int, failure: FailureRecord, entry: TimelineEntry, span: float) -> list[Text]:
-    """Cells as ``Text``: messages start with ``[root cause]``, which rich would read as markup."""
+    """Cells as ``Text``: messages start with ``[root cause]``, which rich would read as markup; every
+    cell escaped (``safe_text``), so no control sequence reaches the terminal."""
     role = failure_role(result, index)
     cells = [
         str(index + 1),
@@ -125,7 +127,7 @@ def _row(result: ReadResult, index: int, failure: FailureRecord, entry: Timeline
         _first_line(failure.message),
         base_name(failure.error_uri),
     ]
-    return [Text(cell) for cell in cells]
+    return [Text(safe_text(cell)) for cell in cells]
 
 
 # A report of this plugin: "[root cause] rank 3 (...) on worker w (...) failed at <time> (<source>): <what>".

@@ -34,27 +34,20 @@ import fsspec
 from flyteidl.core import errors_pb2
 
 from backend_reader import RemoteFileOutputReader
+from backend_reader.upstream_rule import UpstreamReadError, earliest_error
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2, train_2x2_elastic
 
 
 def go_rule_worker(output_prefix: str) -> str | None:
-    """Flyte's Go reader with the Earliest strategy: earliest timestamp (missing = 1970), ties by name."""
-    fs = fsspec.filesystem("file")
-    best: tuple[int, str, str] | None = None
-    for path in sorted(fs.glob(f"{output_prefix}/error*.pb")):
-        document = errors_pb2.ErrorDocument()
-        try:
-            document.ParseFromString(fs.cat_file(path))
-        except Exception:  # Go's reader would fail the whole read; count it as no answer
-            return None
-        error = document.error
-        stamp = error.timestamp.seconds * 1_000_000_000 + error.timestamp.nanos if error.HasField("timestamp") else 0
-        candidate = (stamp, path.rsplit("/", 1)[-1], error.worker)
-        if best is None or candidate < best:
-            best = candidate
-    return None if best is None else best[2]
+    """The worker Flyte's Go reader names with the Earliest strategy (``backend_reader.upstream_rule``);
+    ``None`` when it would fail the read or finds no error file."""
+    try:
+        pick = earliest_error(output_prefix, fsspec.filesystem("file"))
+    except UpstreamReadError:
+        return None
+    return None if pick is None else pick.worker
 
 
 def ours_worker(result: JobResult) -> str | None:

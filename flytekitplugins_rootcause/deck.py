@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from backend_reader.safe_text import safe_text
 from backend_reader.timeline import ROOT_CAUSE, TimelineEntry, build_timeline, format_offset, span_s
 from flytekitplugins_rootcause.failures import WorkerFailure
 from flytekitplugins_rootcause.report import describe_ending, format_time
@@ -18,6 +19,11 @@ DECK_NAME = "Failure timeline"
 _COLORS = {ROOT_CAUSE: "#d62728", "candidate": "#ff7f0e", "victim": "#7f7f7f"}
 _ROW_H, _LEFT, _RIGHT, _TOP = 28, 230, 40, 40
 _AXIS_W = 520
+
+
+def _html(text: str) -> str:
+    """Text for the page: escaped for HTML after ``safe_text`` (HTML has no way to show a NUL)."""
+    return html.escape(safe_text(text))
 
 
 def timeline_svg(entries: Sequence[TimelineEntry]) -> str:
@@ -46,14 +52,14 @@ def timeline_svg(entries: Sequence[TimelineEntry]) -> str:
     for row, entry in enumerate(entries):
         y = _TOP + row * _ROW_H
         color = _COLORS.get(entry.role, "#1f77b4")
-        label = html.escape(entry.label)
+        label = _html(entry.label)
         parts.append(f'<text x="{_LEFT - 10}" y="{y + 4}" font-size="12" text-anchor="end">{label}</text>')
         parts.append(f'<line x1="{_LEFT}" y1="{y}" x2="{_LEFT + _AXIS_W}" y2="{y}" stroke="#eee"/>')
         if entry.offset_s is None:
             parts.append(f'<text x="{_LEFT + _AXIS_W + 8}" y="{y + 4}" font-size="12">?</text>')
             continue
         x = _LEFT + _AXIS_W * entry.offset_s / span
-        title = html.escape(f"{entry.role}: {entry.summary} ({format_offset(entry.offset_s)})")
+        title = _html(f"{entry.role}: {entry.summary} ({format_offset(entry.offset_s)})")
         if entry.role == ROOT_CAUSE:
             parts.append(
                 f'<g class="root-cause"><title>{title}</title>'
@@ -77,10 +83,10 @@ def timeline_html(failures: Sequence[WorkerFailure]) -> str:
     for entry, failure in zip(entries, failures, strict=True):
         cls = ' class="root-cause"' if entry.role == ROOT_CAUSE else ""
         rows.append(
-            f"<tr{cls}><td>{html.escape(entry.role)}</td><td>{html.escape(entry.label)}</td>"
-            f"<td>{html.escape(format_time(failure.timestamp_ns))}</td>"
-            f"<td>{html.escape(format_offset(entry.offset_s))}</td>"
-            f"<td>{html.escape(failure.time_source.value)}</td><td>{html.escape(entry.summary)}</td></tr>"
+            f"<tr{cls}><td>{_html(entry.role)}</td><td>{_html(entry.label)}</td>"
+            f"<td>{_html(format_time(failure.timestamp_ns))}</td>"
+            f"<td>{_html(format_offset(entry.offset_s))}</td>"
+            f"<td>{_html(failure.time_source.value)}</td><td>{_html(entry.summary)}</td></tr>"
         )
     style = (
         "<style>table.rootcause{border-collapse:collapse;font-family:sans-serif;font-size:13px}"

@@ -10,6 +10,10 @@
   root-cause errors, the report as the message (role marker first, ``backend_reader.roles``).
 
 Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
+
+The message always follows ``backend_reader.safe_text``: escaped (a lone surrogate would make
+protobuf refuse to encode the document, and the pod would write none) and within propeller's
+message limit, so the document stays far below propeller's payload limit.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from backend_reader.listing_keys import keyed_file_name, listing_key_for
 from backend_reader.roles import role_from_marker, role_marker
+from backend_reader.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from flytekitplugins_rootcause.worker_names import sanitize_worker_name
 
@@ -116,15 +121,16 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     root cause behind the role marker (which readers parse, ``backend_reader.roles``), then comes
     the root cause's own traceback and one line per other failure. flytekit's text would open with
     the agent's internal traceback instead. A report without a marker (an error built by hand)
-    gets one. Messages of other errors stay flytekit's, unchanged.
+    gets one. Messages of other errors stay flytekit's. Either is made safe and bounded
+    (``safe_text.bounded_text`` to ``MAX_REPORT_BYTES``).
     """
     error = root_cause_error(exc)
     if error is None:
-        return flytekit_message
+        return bounded_text(flytekit_message, MAX_REPORT_BYTES)
     report = error.report
-    if role_from_marker(report.splitlines()[0] if report else "") is not None:
-        return report
-    return f"{role_marker(error.root_cause.role)} {report}"
+    if role_from_marker(report.splitlines()[0] if report else "") is None:
+        report = f"{role_marker(error.root_cause.role)} {report}"
+    return bounded_text(report, MAX_REPORT_BYTES)
 
 
 def last_resort_document(exc: BaseException, worker: str) -> bytes:
@@ -142,15 +148,15 @@ def last_resort_document(exc: BaseException, worker: str) -> bytes:
     )
     timestamp = exact_error_timestamp(exc) or timestamp_from_ns(time.time_ns())
     code = exc.error_code if isinstance(exc, FlyteException) else "SYSTEM"
-    report = getattr(exc, "report", None) or f"{type(exc).__name__}: {exc}"
+    report = getattr(exc, "report", None) or exception_summary(exc)
     document = errors_pb2.ErrorDocument(
         error=container(
-            code=code,
+            code=safe_line(code),
             message=error_message(report, exc),
             kind=container.RECOVERABLE if recoverable else container.NON_RECOVERABLE,
             origin=origin,
             timestamp=timestamp,
-            worker=worker,
+            worker=safe_line(worker),
         )
     )
     return document.SerializeToString()

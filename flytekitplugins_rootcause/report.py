@@ -2,6 +2,11 @@
 
 The first line starts with the role marker of ``backend_reader.roles`` so that readers of the
 error document (the backend reader, people) know whether this pod saw a root cause or only victims.
+
+The report is the pod's ``ErrorDocument`` message, so it follows ``backend_reader.safe_text``:
+every text in it is escaped, a failure's line shows the head and tail of a huge first line, the
+root cause's traceback keeps its innermost frames within ``MAX_REPORT_TRACEBACK_BYTES``, and the
+whole report fits propeller's message limit (``MAX_REPORT_BYTES``), so propeller never cuts it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,13 @@ import textwrap
 
 from backend_reader.ordering import Role
 from backend_reader.roles import role_marker
+from backend_reader.safe_text import (
+    MAX_REPORT_BYTES,
+    MAX_REPORT_TRACEBACK_BYTES,
+    bounded_text,
+    first_line,
+    safe_line,
+)
 from flytekitplugins_rootcause.failures import WorkerFailure, signal_name
 
 #: What a death by signal usually means on a training cluster, and what to check.
@@ -64,7 +76,7 @@ def format_time(timestamp_ns: int | None) -> str:
 def describe_ending(failure: WorkerFailure) -> str:
     """How the worker ended: exception, signal or exit code, with what it likely means."""
     if failure.message:
-        ending = failure.message.strip().splitlines()[0] if failure.message.strip() else failure.message
+        ending = first_line(failure.message)
         hint = oom_hint(failure.exception_type, failure.message)
         return ending + (f" ({hint})" if hint else "")
     if failure.signal_name:
@@ -88,8 +100,8 @@ def describe_worker(failure: WorkerFailure) -> str:
     rank = "rank ?" if failure.global_rank is None else f"rank {failure.global_rank}"
     local = "?" if failure.local_rank is None else str(failure.local_rank)
     group = "?" if failure.group_rank is None else str(failure.group_rank)
-    where = failure.worker or "?"
-    host = f"host {failure.host}, " if failure.host and failure.host != failure.worker else ""
+    where = safe_line(failure.worker) or "?"
+    host = f"host {safe_line(failure.host)}, " if failure.host and failure.host != failure.worker else ""
     pid = "?" if failure.pid is None else str(failure.pid)
     status = ""
     if failure.signal_name:
@@ -130,7 +142,8 @@ def format_root_cause_message(failures: list[WorkerFailure]) -> str:
             "look for the root cause in the other workers' errors."
         )
     if root.traceback.strip():
-        lines += ["", "Traceback of the root cause:", textwrap.indent(root.traceback.rstrip(), "  ")]
+        traceback = bounded_text(root.traceback.rstrip(), MAX_REPORT_TRACEBACK_BYTES)
+        lines += ["", "Traceback of the root cause:", textwrap.indent(traceback, "  ")]
     if others:
         lines += ["", f"Other failures ({len(others)}):"]
         for failure in others:
@@ -140,4 +153,4 @@ def format_root_cause_message(failures: list[WorkerFailure]) -> str:
             lines.append(
                 f"  - {failure.role.value}: {describe_worker(failure)}{delta}: {describe_ending(failure)}"
             )
-    return "\n".join(lines)
+    return bounded_text("\n".join(lines), MAX_REPORT_BYTES)

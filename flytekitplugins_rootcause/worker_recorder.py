@@ -6,6 +6,11 @@ the file keeps torch's layout unchanged (``message.message``, ``message.extraInf
 ``message.extraInfo.timestamp``), so torch's ``ProcessFailure`` and upstream tools still read it, and
 adds this plugin's fields under the single key :data:`NAMESPACE`.
 
+Whatever the exception holds, the file is written and read back: its texts go through
+``backend_reader.safe_text`` (controls and lone surrogates escaped, head and tail of a long text
+kept) on the way in and on the way out, so the file stays under the agent's read limit and every
+string in it can be encoded into the pod's ``ErrorDocument``.
+
 ``RecordingTaskFunction`` wraps the user's task function; kfpytorch runs it in every worker (it is
 what ``spawn_helper`` unpickles, or what the ``fork`` closure calls), so no kfpytorch code is copied.
 """
@@ -17,13 +22,22 @@ import json
 import os
 import socket
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
+
+from backend_reader.safe_text import (
+    MAX_WORKER_ERROR_FILE_BYTES,
+    MAX_WORKER_TEXT_BYTES,
+    bounded_text,
+    exception_summary,
+    format_traceback,
+    safe_line,
+    safe_text,
+)
 
 #: The one key under which this plugin's fields live in a torchelastic error file.
 NAMESPACE = "rootcause"
@@ -108,27 +122,32 @@ class RootCauseErrorHandler(ErrorHandler):
 
 
 def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
-    """The JSON document for ``e``: torch's layout plus this plugin's namespaced fields."""
+    """The JSON document for ``e``: torch's layout plus this plugin's namespaced fields.
+
+    The message (``Type: text``, even when ``__str__`` raises) and the traceback are each cut to
+    ``MAX_WORKER_TEXT_BYTES`` (head and tail: the type and first line, the innermost frames), so the
+    file stays under ``MAX_WORKER_ERROR_FILE_BYTES`` for any exception.
+    """
     exc_type = type(e)
     return {
         "message": {
-            "message": f"{exc_type.__name__}: {e}",
+            "message": bounded_text(exception_summary(e), MAX_WORKER_TEXT_BYTES),
             "extraInfo": {
-                "py_callstack": "".join(traceback.format_exception(e)),
+                "py_callstack": bounded_text(format_traceback(e), MAX_WORKER_TEXT_BYTES),
                 "timestamp": str(timestamp_ns // 1_000_000_000),
             },
         },
         NAMESPACE: {
             "version": FORMAT_VERSION,
             "timestamp_ns": timestamp_ns,
-            "exception_type": f"{exc_type.__module__}.{exc_type.__qualname__}",
-            "exception_mro": [cls.__name__ for cls in exc_type.__mro__],
+            "exception_type": safe_text(f"{exc_type.__module__}.{exc_type.__qualname__}"),
+            "exception_mro": [safe_text(cls.__name__) for cls in exc_type.__mro__],
             "recoverable": isinstance(e, FlyteRecoverableException),
             "rank": _int_env("RANK"),
             "local_rank": _int_env("LOCAL_RANK"),
             "group_rank": _int_env("GROUP_RANK"),
-            "host": socket.gethostname(),
-            "worker": worker_name(),
+            "host": safe_line(socket.gethostname()),
+            "worker": safe_line(worker_name()),
             "pid": os.getpid(),
         },
     }
@@ -143,11 +162,12 @@ def parse_error_file(text: str) -> RecordedError:
 
     Files written by torch alone (no namespaced key) parse too, with ``timestamp_ns`` left ``None``:
     torch's whole-second stamp is too coarse to order by, so the caller falls back to the observed
-    death time.
+    death time. Every text comes back safe and bounded (``backend_reader.safe_text``), whoever
+    wrote the file.
     """
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise WorkerErrorFileError(f"not JSON: {exc}") from None
     if not isinstance(data, dict) or "message" not in data:
         raise WorkerErrorFileError("no 'message' key: not a torchelastic error file")
@@ -167,23 +187,24 @@ def parse_error_file(text: str) -> RecordedError:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     mro = ours.get("exception_mro")
+    exception_type = ours.get("exception_type")
     return RecordedError(
-        message=message,
-        traceback=callstack,
+        message=bounded_text(message, MAX_WORKER_TEXT_BYTES),
+        traceback=bounded_text(callstack, MAX_WORKER_TEXT_BYTES),
         timestamp_ns=opt_int("timestamp_ns"),
-        exception_type=ours.get("exception_type") if isinstance(ours.get("exception_type"), str) else None,
-        exception_mro=tuple(str(name) for name in mro) if isinstance(mro, list) else (),
+        exception_type=safe_text(exception_type) if isinstance(exception_type, str) else None,
+        exception_mro=tuple(safe_text(str(name)) for name in mro) if isinstance(mro, list) else (),
         recoverable=ours.get("recoverable") is True,
         global_rank=opt_int("rank"),
         local_rank=opt_int("local_rank"),
         group_rank=opt_int("group_rank"),
-        host=str(ours.get("host", "")),
-        worker=str(ours.get("worker", "")),
+        host=safe_line(str(ours.get("host", ""))),
+        worker=safe_line(str(ours.get("worker", ""))),
         pid=opt_int("pid"),
     )
 
 
-def read_error_file(path: str, max_bytes: int = 4 * 1024 * 1024) -> RecordedError | None:
+def read_error_file(path: str, max_bytes: int = MAX_WORKER_ERROR_FILE_BYTES) -> RecordedError | None:
     """Read a worker's error file; ``None`` when the worker wrote none (e.g. killed by a signal).
 
     An unreadable or foreign file is reported as a recorded error whose message says so, rather
@@ -198,14 +219,14 @@ def read_error_file(path: str, max_bytes: int = 4 * 1024 * 1024) -> RecordedErro
         return _unreadable(f"error file {path} could not be read: {exc}")
     if len(raw) > max_bytes:
         return _unreadable(f"error file {path} is larger than {max_bytes} bytes")
-    try:
-        return parse_error_file(raw.decode("utf-8"))
-    except (WorkerErrorFileError, UnicodeDecodeError) as exc:
+    try:  # bytes that are not UTF-8 are escaped, not a reason to lose the file
+        return parse_error_file(raw.decode("utf-8", errors="surrogateescape"))
+    except WorkerErrorFileError as exc:
         return _unreadable(f"error file {path} is not a torchelastic error file: {exc}")
 
 
 def _unreadable(message: str) -> RecordedError:
-    return RecordedError(message, "", None, None, (), False, None, None, None, "", "", None)
+    return RecordedError(safe_text(message), "", None, None, (), False, None, None, None, "", "", None)
 
 
 @dataclasses.dataclass

@@ -11,6 +11,7 @@ from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile, pars
 from backend_reader.layout import count_error_files, error_listings
 from backend_reader.messages import TRUNCATION_INDICATOR, cut_message
 from backend_reader.ordering import Role, TimeSource
+from backend_reader.safe_text import safe_line, safe_text
 from backend_reader.storage import is_transient
 from backend_reader.strategy import ErrorAggregationStrategy
 from backend_reader.timefmt import rfc3339_ns
@@ -96,6 +97,25 @@ def test_bad_files_are_skipped_with_a_reason(data: bytes, reason: str) -> None:
     assert reason in outcome.reason
 
 
+@pytest.mark.parametrize(
+    "message",
+    ["[root cause] ValueError: bad record \x00\x07\x08 end", "\x1b[31mRuntimeError\x1b[0m: \x7f\x85", "\x00"],
+)
+def test_a_real_writers_document_is_never_refused_for_its_characters(message: str) -> None:
+    """Control bytes in a user's exception are escaped; a foreign ``outputs.pb`` is still skipped."""
+    record = parse(error_document(message, worker="pod-1"))
+    assert isinstance(record, FailureRecord)
+    assert record.message == safe_text(message) and "\x00" not in record.message and "\x1b" not in record.message
+    assert record.worker == "pod-1"
+
+
+def test_binary_strings_still_unmask_a_foreign_message() -> None:
+    """Code and message alone, with binary data: how any map-shaped protobuf reads, not a document."""
+    bare = errors_pb2.ErrorDocument(error=errors_pb2.ContainerError(code="o0", message="\x0a\x02\x10\x03"))
+    outcome = parse(bare.SerializeToString())
+    assert isinstance(outcome, SkippedFile) and "binary data" in outcome.reason
+
+
 def test_impossible_timestamp_is_skipped() -> None:
     document = errors_pb2.ErrorDocument()
     document.ParseFromString(error_document())
@@ -118,11 +138,10 @@ def test_arbitrary_bytes_never_raise(data: bytes) -> None:
 def test_arbitrary_valid_documents_parse(message: str, worker: str, offset_ns: int) -> None:
     data = error_document(message or "x", worker=worker, timestamp_ns=BASE_NS + offset_ns)
     outcome = parse(data)
-    # Controls other than tab/newline/CR/ESC are refused as binary; everything else is a failure.
-    if isinstance(outcome, SkippedFile):
-        assert "binary data" in outcome.reason
-    else:
-        assert outcome.worker == worker and outcome.timestamp_ns == BASE_NS + offset_ns
+    # A real writer's document is never refused for its strings; they are escaped for showing.
+    assert isinstance(outcome, FailureRecord)
+    assert outcome.worker == safe_line(worker) and outcome.timestamp_ns == BASE_NS + offset_ns
+    assert outcome.message == safe_text(message or "x")
 
 
 def test_message_cut_keeps_head_and_tail_like_propeller() -> None:

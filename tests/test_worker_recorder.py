@@ -102,3 +102,45 @@ def test_missing_and_oversized_files(tmp_path: Path) -> None:
     big.write_bytes(b" " * 2048)
     record = read_error_file(str(big), max_bytes=1024)
     assert record is not None and "larger than 1024 bytes" in record.message
+
+
+class _Unprintable(ValueError):
+    def __str__(self) -> str:
+        raise RuntimeError("broken __str__")
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (ValueError("bad record \x00\x07\x08 end"), "ValueError: bad record \\x00\\x07\\x08 end"),
+        (FileNotFoundError("no such file: data-\udc80.bin"), "FileNotFoundError: no such file: data-\\udc80.bin"),
+        (_Unprintable(), "_Unprintable: <_Unprintable.__str__ raised RuntimeError>"),
+    ],
+)
+def test_hostile_messages_are_recorded_escaped(error_file: Path, exc: BaseException, expected: str) -> None:
+    with pytest.raises(type(exc)):
+        RecordingTaskFunction(lambda: _fail(exc))()
+    error_file.read_text(encoding="ascii")  # torch's layout, JSON with every non-ASCII character escaped
+    record = read_error_file(str(error_file))
+    assert record is not None and record.message == expected
+    assert record.traceback.rstrip().endswith(expected) or "_Unprintable" in record.traceback
+
+
+def test_a_huge_message_keeps_head_tail_and_traceback_under_the_read_limit(error_file: Path) -> None:
+    message = "HEAD" + "x" * (5 * 1024 * 1024) + "TAIL"
+    with pytest.raises(ValueError):
+        RecordingTaskFunction(lambda: _fail(ValueError(message)))()
+    assert error_file.stat().st_size < 4 * 1024 * 1024
+    torch_view = ProcessFailure(local_rank=1, pid=1, exitcode=1, error_file=str(error_file))
+    assert torch_view.message["message"].startswith("ValueError: HEAD")
+    record = read_error_file(str(error_file))
+    assert record is not None and record.timestamp_ns is not None and record.global_rank == 5
+    assert record.message.startswith("ValueError: HEAD") and record.message.endswith("TAIL")
+    assert "in _fail" in record.traceback and record.traceback.rstrip().endswith("TAIL")
+
+
+def test_non_utf8_bytes_in_a_file_are_escaped_not_refused(tmp_path: Path) -> None:
+    path = tmp_path / "error.json"
+    path.write_bytes(b'{"message": {"message": "ValueError: caf\xe9", "extraInfo": {"timestamp": "1"}}}')
+    record = read_error_file(str(path))
+    assert record is not None and record.message == "ValueError: caf\\udce9"

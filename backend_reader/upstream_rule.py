@@ -1,0 +1,154 @@
+"""Flyte's own Go rule for an aggregated error read, ported: what propeller reports *without* us.
+
+flyteplugins (v1.16.8, ``pluginmachinery/ioutils/remote_file_output_reader.go``), with the
+``Earliest`` error aggregation strategy, reads a task attempt's error like this:
+
+1. list the keys starting with ``<dir of error.pb>/error`` and keep those ending in ``.pb``, in
+   the store's listing order (lexicographic on object stores);
+2. read each as an ``ErrorDocument``; one file that cannot be read (missing, larger than the
+   payload limit, 2 MB by default, or not a protobuf, which includes a string that is not valid
+   UTF-8) fails the whole call;
+3. keep the document with the strictly earliest ``ContainerError.timestamp`` (on a tie the first
+   listed stays); a document without a timestamp counts as 1970-01-01 and so wins over any real
+   time; a document without a ``ContainerError`` becomes ``ErrorFileBadFormat`` (system,
+   recoverable) at 1970;
+4. copy code, message, origin (as the kind), timestamp and worker into the ``ExecutionError``;
+   recoverable when the container error's kind is ``RECOVERABLE``.
+
+Use it to check what a stock propeller would say about files this plugin wrote (tests, the e2e
+benchmark), or to compare against :class:`backend_reader.RemoteFileOutputReader`. It reads only
+through an fsspec filesystem and imports neither flytekit nor torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import fsspec
+from flyteidl.core import errors_pb2, execution_pb2
+from google.protobuf import message as protobuf_message
+
+from backend_reader.safe_text import MAX_DOCUMENT_BYTES
+
+#: Go's ``errorFileNotFoundErrorCode``'s sibling for a document without an error.
+ERROR_FILE_BAD_FORMAT = "ErrorFileBadFormat"
+_NS_PER_S = 1_000_000_000
+
+
+class UpstreamReadError(Exception):
+    """The Go reader would fail the whole read (and propeller retry it) because of ``path``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"failed to read error file @[{path}]: {reason}")
+
+
+@dataclasses.dataclass(frozen=True)
+class UpstreamPick:
+    """The ``io.ExecutionError`` the Go rule returns, and the file it came from.
+
+    ``timestamp_ns`` is what the rule compared: ``0`` (1970) for a document without a timestamp.
+    ``has_timestamp`` says whether the document had one (the ``ExecutionError`` then carries it).
+    """
+
+    code: str
+    message: str
+    kind: int  # flyteidl ExecutionError.ErrorKind (the container error's origin)
+    worker: str
+    timestamp_ns: int
+    has_timestamp: bool
+    is_recoverable: bool
+    error_path: str
+
+    def execution_error(self) -> execution_pb2.ExecutionError:
+        """The ``flyteidl.core.ExecutionError`` propeller would record (no ``error_uri``: Go sets none)."""
+        error = execution_pb2.ExecutionError(code=self.code, message=self.message, kind=self.kind, worker=self.worker)
+        if self.has_timestamp:
+            seconds, nanos = divmod(self.timestamp_ns, _NS_PER_S)
+            error.timestamp.seconds, error.timestamp.nanos = seconds, nanos
+        return error
+
+
+def list_error_files(fs: fsspec.AbstractFileSystem, directory: str, error_file_name: str = "error.pb") -> list[str]:
+    """Paths under ``directory`` the Go rule reads: name starts with ``error``, ends with ``.pb``
+    (``error.pb`` itself included), in listing order. Nothing listed when the folder is absent."""
+    stem, dot, extension = error_file_name.partition(".")
+    if not dot or "." in extension:
+        raise ValueError(f"expected an error file name with a single dot, got {error_file_name!r}")
+    try:
+        entries = fs.ls(directory.rstrip("/"), detail=True)
+    except FileNotFoundError:
+        return []
+    paths = [
+        entry["name"]
+        for entry in entries
+        if entry.get("type") == "file" and entry["name"].rstrip("/").rsplit("/", 1)[-1].startswith(stem)
+    ]
+    return sorted(path for path in paths if path.endswith(f".{extension}"))
+
+
+def read_upstream_document(fs: fsspec.AbstractFileSystem, path: str, max_payload_bytes: int) -> UpstreamPick:
+    """One file as the Go rule sees it, or :class:`UpstreamReadError` where Go fails the read."""
+    try:
+        size = fs.size(path)
+        if size is not None and size > max_payload_bytes:
+            raise UpstreamReadError(path, f"too large [{size}] bytes, max allowed [{max_payload_bytes}] bytes")
+        data = fs.cat_file(path)
+    except OSError as error:
+        raise UpstreamReadError(path, f"{type(error).__name__}: {error}") from error
+    if len(data) > max_payload_bytes:
+        raise UpstreamReadError(path, f"too large [{len(data)}] bytes, max allowed [{max_payload_bytes}] bytes")
+    document = errors_pb2.ErrorDocument()
+    try:
+        document.ParseFromString(data)
+    except (protobuf_message.DecodeError, ValueError, RuntimeError) as error:
+        raise UpstreamReadError(path, f"not an ErrorDocument: {error}") from error
+    if not document.HasField("error"):
+        return UpstreamPick(
+            code=ERROR_FILE_BAD_FORMAT,
+            message=f"error not formatted correctly, nil error @path [{path}]",
+            kind=execution_pb2.ExecutionError.SYSTEM,
+            worker="",
+            timestamp_ns=0,
+            has_timestamp=False,
+            is_recoverable=True,
+            error_path=path,
+        )
+    error = document.error
+    has_timestamp = error.HasField("timestamp")
+    return UpstreamPick(
+        code=error.code,
+        message=error.message,
+        kind=error.origin,
+        worker=error.worker,
+        timestamp_ns=error.timestamp.seconds * _NS_PER_S + error.timestamp.nanos if has_timestamp else 0,
+        has_timestamp=has_timestamp,
+        is_recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
+        error_path=path,
+    )
+
+
+def earliest_error(
+    output_prefix: str,
+    fs: fsspec.AbstractFileSystem | None = None,
+    *,
+    error_file_name: str = "error.pb",
+    max_payload_bytes: int = MAX_DOCUMENT_BYTES,
+    **storage_options: Any,
+) -> UpstreamPick | None:
+    """What Flyte's Go reader with the ``Earliest`` strategy reports for ``output_prefix``.
+
+    ``fs``: the filesystem to read with; by default the one fsspec makes for the prefix's protocol
+    with ``storage_options``. Returns ``None`` when no error file is listed (Go: no error). Raises
+    :class:`UpstreamReadError` when any listed file cannot be read, as the Go reader fails then.
+    """
+    if fs is None:
+        fs, output_prefix = fsspec.core.url_to_fs(output_prefix, **storage_options)
+    best: UpstreamPick | None = None
+    for path in list_error_files(fs, output_prefix, error_file_name):
+        pick = read_upstream_document(fs, path, max_payload_bytes)
+        if best is None or pick.timestamp_ns < best.timestamp_ns:
+            best = pick
+    return best
