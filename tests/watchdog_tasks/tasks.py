@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import timedelta
 
 import torch.distributed as dist
 from flytekit import task
@@ -19,6 +20,8 @@ from tests.watchdog_tasks.sync import READY_FILE, error_file_of, touch, wait_for
 TEARDOWN_GRACE_S = 1.5
 #: Collective timeout of the settings task (torch's default for gloo is 30 min).
 COLLECTIVE_TIMEOUT_S = 2.0
+#: Timeout of the settings task's start-up group: only a bound for a broken test.
+STARTUP_TIMEOUT_S = 120
 #: NCCL async error handling the settings task asks for (torch's agent would put 1 there).
 ASYNC_ERROR_HANDLING = 3
 
@@ -59,16 +62,23 @@ def fails_while_peer_ignores_sigterm(marker_dir: str) -> int:
     )
 )
 def reports_settings(marker_dir: str) -> dict[str, str]:
-    """Rank 0 reports its environment and how a collective its peer never joins failed."""
+    """Rank 0 reports its environment and how a collective its peer never joins failed.
+
+    The default group gets an explicit, generous timeout: its set-up waits for the slower rank to
+    start, which on a busy machine can take longer than the short configured timeout. The group the
+    test is about is created afterwards without a timeout, so the configured default must apply.
+    """
     report = {name: os.environ.get(name, "<unset>") for name in REPORTED_VARIABLES}
-    dist.init_process_group("gloo")  # no timeout: the configured default must apply
+    dist.init_process_group("gloo", timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+    dist.barrier()  # both ranks are up: the new group's set-up does not wait for a slow start
+    group = dist.new_group()  # no timeout: the configured default must apply
     done = os.path.join(marker_dir, "rank0-done")
     if _rank() != 0:
         wait_for(done)
         return report
     started = time.monotonic()
     try:
-        dist.barrier()  # rank 1 never joins
+        dist.barrier(group=group)  # rank 1 never joins
         report["collective"] = "completed"
     except Exception as exc:
         report["collective"] = f"{type(exc).__name__} after {time.monotonic() - started:.1f} s: {exc}"
