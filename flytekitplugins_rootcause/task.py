@@ -39,6 +39,7 @@ from flytekitplugins_rootcause.process_settings import (
     before_user_function,
 )
 from flytekitplugins_rootcause.root_cause import agent_timeline, diagnose, root_cause_error
+from flytekitplugins_rootcause.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.worker_recorder import RecordingTaskFunction
 
@@ -97,6 +98,7 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                 try:
                     with (
                         applied_environment(agent_environment(self.task_config)),
+                        exceptions_preformatted(),
                         observing_launch(observer),
                         AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
                     ):

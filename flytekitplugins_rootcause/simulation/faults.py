@@ -20,6 +20,8 @@ from pathlib import Path
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"
 FAULT_TIME_FILE = "fault_time_ns"
+#: ORDERING: where the first failing worker will record its error (the second waits for that file).
+FIRST_ERROR_FILE = "first_error_file"
 
 
 class FaultKind(enum.StrEnum):
@@ -71,7 +73,10 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
     if fault is None or step != fault.step:
         return
     fault_file = _sim_dir() / FAULT_TIME_FILE
+    first_error_pointer = _sim_dir() / FIRST_ERROR_FILE
     if (pod, local_rank) == (fault.pod, fault.local_rank):
+        if fault.kind == FaultKind.ORDERING:
+            first_error_pointer.write_text(os.environ.get("TORCHELASTIC_ERROR_FILE", ""))
         record_fault_time(fault_file)
         if fault.kind in (FaultKind.RAISE, FaultKind.ORDERING):
             raise RuntimeError(f"injected failure on {pod} local rank {local_rank} at step {step}")
@@ -83,9 +88,14 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             while True:
                 time.sleep(3600)
     if fault.kind == FaultKind.ORDERING and (pod, local_rank) == (fault.second_pod, fault.second_local_rank):
-        # off any collective, so this is an independent failure, not a victim of the first one
+        # off any collective, so this is an independent failure, not a victim of the first one;
+        # timed from the first worker's *recorded* error (its error file, written complete), so a
+        # first worker descheduled between its fault and its record cannot swap the order
         deadline = time.monotonic() + 60
-        while not fault_file.exists() and time.monotonic() < deadline:
+        while not first_error_pointer.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        first_error = first_error_pointer.read_text() if first_error_pointer.exists() else ""
+        while first_error and not os.path.exists(first_error) and time.monotonic() < deadline:
             time.sleep(0.002)
         time.sleep(fault.second_delay_s)
         raise RuntimeError(f"independent later failure on {pod} local rank {local_rank} at step {step}")

@@ -1,0 +1,57 @@
+"""Keep torch's log formatter from importing ``torch._dynamo`` on the failure path.
+
+torch's ``TorchLogsFormatter.format`` runs ``from torch._dynamo import config`` for every record
+that carries an exception. The first such record in an agent is the one torch's
+``MultiprocessContext._poll`` logs when a worker fails, so the agent imports the whole of
+``torch._dynamo`` (about 2 s of CPU on an idle core, over 10 s on a loaded one) between tearing
+the workers down and raising the root cause: measured as most of the time from a worker's fault
+to the task's error.
+
+For the duration of a launch, a filter on torch's own handlers formats the exception with the
+standard library and folds it into the message, so the same text reaches the log and the
+formatter finds no ``exc_info`` to send it to dynamo for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+
+class ExceptionPreformatter(logging.Filter):
+    """Fold a record's exception into its message (standard-library formatting); never drops it."""
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is not None:
+            text = record.exc_text or self._formatter.formatException(record.exc_info)
+            record.msg = f"{record.getMessage()}\n{text}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _torch_handlers() -> list[logging.Handler]:
+    """The handlers torch created for its loggers (``torch._logging`` keeps them in a weak set)."""
+    try:
+        from torch._logging import _internal
+    except ImportError:  # a torch without this module has nothing to patch
+        return []
+    return [handler for handler in list(getattr(_internal, "handlers", ())) if isinstance(handler, logging.Handler)]
+
+
+@contextlib.contextmanager
+def exceptions_preformatted() -> Iterator[None]:
+    """Install :class:`ExceptionPreformatter` on torch's log handlers for the block."""
+    handlers = _torch_handlers()
+    preformatter = ExceptionPreformatter()
+    for handler in handlers:
+        handler.addFilter(preformatter)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(preformatter)
