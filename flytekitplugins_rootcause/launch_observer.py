@@ -136,8 +136,9 @@ class LaunchObserver:
 
         A function worker hands its return value to the agent and then waits for torch's "finished"
         event before it exits, so a worker that exits before that event, whatever its exit code,
-        ended without returning (``sys.exit(0)``, ``os._exit(0)``, an interrupt). ``None`` for binary
-        launches, whose workers may legitimately exit 0 one by one.
+        ended without returning: ``os._exit(0)``, or an interrupt that torch's worker wrapper turns
+        into exit code 0 (``sys.exit(0)`` is not one: torch's ``record`` makes it a return of
+        ``None``). ``None`` for binary launches, whose workers may legitimately exit 0 one by one.
         """
         with self._lock:
             pcontext = self._contexts.get(attempt)
@@ -224,7 +225,7 @@ class LaunchObserver:
         whose error file exists has failed even before its process exits (it is unwinding).
 
         A worker that exits with code 0 before torch collected every return value failed too (it
-        never returned: ``sys.exit(0)``, ``os._exit(0)``, SIGINT). torch's join counts it as a
+        never returned: ``os._exit(0)``, or SIGINT, which torch's ``spawn._wrap`` turns into exit 0). torch's join counts it as a
         success and pops its sentinel, and its monitor loop then reads HEALTHY for as long as any
         other worker lives, or forever once none does (it waits for a return value that never
         comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.

@@ -46,13 +46,15 @@ class ObjectStore:
         return f"{self.root}/{name}-{uuid.uuid4().hex[:12]}"
 
 
-def _wait_for_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def _wait_for_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 180.0) -> None:
+    """Wait until the server answers. The limit only catches a server that never starts: moto's
+    imports alone can take tens of seconds on a busy 2-core machine, and a ready server returns at once."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited early with code {process.returncode}: {url}")
         try:
-            with urllib.request.urlopen(url, timeout=1):
+            with urllib.request.urlopen(url, timeout=5):
                 return
         except urllib.error.HTTPError:
             return  # the server answers, even if with an error status
