@@ -225,10 +225,10 @@ class LaunchObserver:
         whose error file exists has failed even before its process exits (it is unwinding).
 
         A worker that exits with code 0 before torch collected every return value failed too (it
-        never returned: ``os._exit(0)``, or SIGINT, which torch's ``spawn._wrap`` turns into exit 0). torch's join counts it as a
-        success and pops its sentinel, and its monitor loop then reads HEALTHY for as long as any
-        other worker lives, or forever once none does (it waits for a return value that never
-        comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
+        never returned: ``os._exit(0)``, or SIGINT, which torch's ``spawn._wrap`` turns into exit 0).
+        torch's join counts it as a success and pops its sentinel, and its monitor loop then reads
+        HEALTHY for as long as any other worker lives, or forever once none does (it waits for a
+        return value that never comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
         """
         grace = self.teardown_grace_s
         process_context = getattr(pcontext, "_pc", None)
