@@ -7,21 +7,15 @@ watchdog does), never tears rank 0 down, never returns. Only the agent watchdog 
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flytekitplugins_rootcause.watchdog import AGENT_HUNG_EXIT_CODE
+from tests.watchdog_tasks.agent_process import agent_process
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER_NAME = "hung-pod-0"
 TIMEOUT_S = 240
 
@@ -36,30 +30,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_watchdog_ends_a_hung_agent_and_writes_the_root_cause(tmp_path: Path) -> None:
-    out, markers = tmp_path / "root-cause.json", tmp_path / "markers"
-    markers.mkdir()
-    env = {**os.environ, "FLYTE_INTERNAL_WORKER_NAME": WORKER_NAME}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "tests.watchdog_tasks.hung_agent", str(out), str(markers)]
-    # Its own process group holds the agent and its workers, so that nothing survives a failed test.
-    with subprocess.Popen(
-        command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    ) as agent:  # fmt: skip
-        try:
-            try:
-                _, stderr = agent.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"the hung agent was not ended within {TIMEOUT_S} s")
-            assert agent.returncode == AGENT_HUNG_EXIT_CODE, stderr[-3000:]
-            document = json.loads(out.read_text())
-            # the report also reached stderr (the pod log), and no worker outlived the agent
-            assert "[root cause] rank 1" in stderr
-            assert not [failure["pid"] for failure in document["failures"] if _alive(failure["pid"])]
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(agent.pid, signal.SIGKILL)
-            agent.communicate()
+    with agent_process("hung_agent", tmp_path, WORKER_NAME, TIMEOUT_S) as run:
+        assert run.returncode == AGENT_HUNG_EXIT_CODE, run.stderr[-3000:]
+        document = run.document
+        assert document is not None
+        # the report also reached stderr (the pod log), and no worker outlived the agent
+        assert "[root cause] rank 1" in run.stderr
+        assert not [failure["pid"] for failure in document["failures"] if _alive(failure["pid"])]
 
     assert document["type"] == "ElasticRootCauseError"
     first_line = document["report"].splitlines()[0]
