@@ -20,6 +20,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Iterator
 from types import TracebackType
 
 logger = logging.getLogger(__name__)
@@ -68,22 +69,55 @@ class DeathWatcher:
         self._exits: dict[int, ProcessExit] = {}
         self._pending: list[int] = []
         self._watched: set[int] = set()
+        self._closed = False
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._wake_read, self._wake_write = os.pipe()
-        self._thread = threading.Thread(target=self._run, name="rootcause-death-watcher", daemon=True)
 
     @property
     def uses_pidfd(self) -> bool:
         return self._use_pidfd
 
     def __enter__(self) -> DeathWatcher:
-        self._thread.start()
+        self._start_thread()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No watcher thread for the block: the agent forks its workers in there.
+
+        A worker forked (``start_method="fork"``) while this thread sat in ``poll`` crashed in its
+        garbage collector (SIGSEGV in every second fork on this machine's CPython 3.11); with no
+        such thread at the fork, none did. Pids already watched are handed to the next thread, and
+        an exit during the pause is still recorded (its pidfd stays readable), only later.
+        """
+        running = self._thread is not None and self._thread.is_alive()
+        if running:
+            self._stop_thread()
+        try:
+            yield
+        finally:
+            if running and not self._closed:
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop,), name="rootcause-death-watcher", daemon=True
+        )
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"x")
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def watch(self, pid: int) -> None:
         """Start watching ``pid`` (a child of this process)."""
@@ -121,13 +155,10 @@ class DeathWatcher:
 
     def close(self) -> None:
         """Stop the thread and release its file descriptors (idempotent)."""
-        if self._stop.is_set():
+        if self._closed:
             return
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_write, b"x")
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._closed = True
+        self._stop_thread()
         for fd in (self._wake_read, self._wake_write):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -142,49 +173,60 @@ class DeathWatcher:
             pending, self._pending = self._pending, []
         return pending
 
-    def _run(self) -> None:
+    def _requeue(self, pids: list[int]) -> None:
+        """Hand pids a stopping thread still watched to the next one (those not recorded yet)."""
+        with self._lock:
+            self._pending.extend(pid for pid in pids if pid not in self._exits)
+
+    def _run(self, stop: threading.Event) -> None:
         try:
             if self._use_pidfd:
-                self._run_pidfd()
+                self._run_pidfd(stop)
             else:
-                self._run_polling()
+                self._run_polling(stop)
         except Exception:  # the watcher must never take the agent down
             logger.exception("death watcher stopped; failure times fall back to detection times")
 
-    def _run_pidfd(self) -> None:
+    def _run_pidfd(self, stop: threading.Event) -> None:
         poller = select.poll()
         poller.register(self._wake_read, select.POLLIN)
         fd_to_pid: dict[int, int] = {}
-        while not self._stop.is_set():
-            for pid in self._take_pending():
-                try:
-                    fd = os.pidfd_open(pid)
-                except ProcessLookupError:
-                    self._record(pid, time.time_ns())  # gone before we looked: best we know
-                    continue
-                fd_to_pid[fd] = pid
-                poller.register(fd, select.POLLIN)
-            events = poller.poll()
-            now_ns = time.time_ns()
-            for fd, _ in events:
-                if fd == self._wake_read:
-                    os.read(self._wake_read, 4096)
-                    continue
-                pid = fd_to_pid.pop(fd)
-                poller.unregister(fd)
-                os.close(fd)
-                self._record(pid, now_ns)
-        for fd in fd_to_pid:
-            os.close(fd)
-
-    def _run_polling(self) -> None:
-        live: set[int] = set()
-        while not self._stop.is_set():
-            live.update(self._take_pending())
-            now_ns = time.time_ns()
-            for pid in list(live):
-                running = _still_running(pid)
-                if running is False or running is None:
-                    live.discard(pid)
+        try:
+            while not stop.is_set():
+                for pid in self._take_pending():
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except ProcessLookupError:
+                        self._record(pid, time.time_ns())  # gone before we looked: best we know
+                        continue
+                    fd_to_pid[fd] = pid
+                    poller.register(fd, select.POLLIN)
+                events = poller.poll()
+                now_ns = time.time_ns()
+                for fd, _ in events:
+                    if fd == self._wake_read:
+                        os.read(self._wake_read, 4096)
+                        continue
+                    pid = fd_to_pid.pop(fd)
+                    poller.unregister(fd)
+                    os.close(fd)
                     self._record(pid, now_ns)
-            self._stop.wait(self._fallback_poll_s)
+        finally:
+            for fd in fd_to_pid:
+                os.close(fd)
+            self._requeue(list(fd_to_pid.values()))
+
+    def _run_polling(self, stop: threading.Event) -> None:
+        live: set[int] = set()
+        try:
+            while not stop.is_set():
+                live.update(self._take_pending())
+                now_ns = time.time_ns()
+                for pid in list(live):
+                    running = _still_running(pid)
+                    if running is False or running is None:
+                        live.discard(pid)
+                        self._record(pid, now_ns)
+                stop.wait(self._fallback_poll_s)
+        finally:
+            self._requeue(sorted(live))

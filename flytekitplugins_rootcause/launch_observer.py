@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import multiprocessing.connection
 import os
-import signal
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,9 @@ from typing import Any
 from torch.distributed.elastic.agent.server import local_elastic_agent
 
 from flytekitplugins_rootcause.death_watcher import DeathWatcher, ProcessExit
+from flytekitplugins_rootcause.teardown import terminate_then_kill
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,21 +251,47 @@ class LaunchObserver:
                 early_exit_fails = self.results_delivered(attempt) is False
                 exited = [sentinels[s] for s in ready]
                 failed = _failed_indices(process_context, exited, early_exit_fails)
-                failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
+                unwinding = _recorded_alive_indices(pcontext, process_context, exclude=exited)
+                failed += unwinding
                 if failed:
                     first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
-                    self.note_teardown(attempt)
-                    pcontext._close(death_sig=signal.SIGTERM, timeout=30 if grace is None else grace)
-                    self.note_teardown_done(attempt)
+                    self._tear_down(process_context, attempt, spared=unwinding)
                     if process_context.processes[first].exitcode == 0:
                         raise _exited_without_result(process_context, first)
                     process_context.sentinels = {
                         s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)
                     }
                 timeout = 0  # the wait is done; torch's join only collects what is ready
-            return original_join(timeout, grace if grace_period is None else grace_period)
+            try:
+                return original_join(timeout, grace if grace_period is None else grace_period)
+            except (EOFError, pickle.UnpicklingError) as exc:
+                raise _unreadable_error_file(process_context, exc) from exc
 
         process_context.join = join
+
+    def _tear_down(self, process_context: Any, attempt: int, *, spared: list[int]) -> None:
+        """End every worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
+
+        Workers in ``spared`` (unwinding after recording their exception) get no SIGTERM, only the
+        SIGKILL if they outlive the grace. Exits are read from the kernel without reaping, so torch's
+        join still collects every worker as it always does.
+        """
+        self.note_teardown(attempt)
+        processes = process_context.processes
+        grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
+        logger.warning(
+            "worker failure noticed; ending %d workers (SIGTERM, %g s, SIGKILL)",
+            sum(1 for process in processes if process.is_alive()), grace,
+        )
+        stuck = terminate_then_kill(
+            [process.pid for process in processes],
+            grace_s=grace,
+            exited=lambda pid: self.watcher.confirm_exit(pid) is not None,
+            spared=[processes[index].pid for index in spared],
+        )
+        if stuck:
+            logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
+        self.note_teardown_done(attempt)
 
     def _failure_ns(self, pcontext: Any, process_context: Any, index: int) -> int:
         """When worker ``index`` failed: its exit (the watcher's time), else when its error file appeared."""
@@ -298,6 +328,24 @@ def _recorded_alive_indices(pcontext: Any, process_context: Any, exclude: list[i
     error_files: dict[int, str] = getattr(pcontext, "error_files", {}) or {}
     live = set(process_context.sentinels.values()) - set(exclude)
     return [index for index in sorted(live) if error_files.get(index) and os.path.exists(error_files[index])]
+
+
+def _unreadable_error_file(process_context: Any, cause: BaseException) -> Exception:
+    """torch's ``ProcessExitedException`` for a failed worker whose torch error file is cut short.
+
+    torch's join unpickles the worker's traceback file and lets the ``EOFError`` of a truncated one
+    escape, which its poll does not catch: the launch would end with "Ran out of input" instead of
+    a worker failure. The failed worker is the one joined with a non-zero status.
+    """
+    from torch.multiprocessing import ProcessExitedException
+
+    failed = [i for i, process in enumerate(process_context.processes) if process.exitcode not in (0, None)]
+    index = failed[0] if failed else 0
+    process = process_context.processes[index]
+    return ProcessExitedException(
+        f"process {index:d} failed; its error file could not be read ({type(cause).__name__}: {cause})",
+        error_index=index, error_pid=process.pid, exit_code=process.exitcode or 1,
+    )
 
 
 def _exited_without_result(process_context: Any, index: int) -> Exception:
@@ -342,7 +390,8 @@ def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
     original_exit_barrier = agent_class._exit_barrier
 
     def start_and_observe(*args: Any, **kwargs: Any) -> Any:
-        pcontext = original(*args, **kwargs)
+        with observer.watcher.paused():  # no watcher thread while the workers are forked
+            pcontext = original(*args, **kwargs)
         observer.on_started(pcontext)
         return pcontext
 

@@ -136,3 +136,30 @@ def test_close_is_idempotent_and_stops_the_thread(use_pidfd: bool) -> None:
     finally:
         _tell_to_exit(proc, 0)
         proc.wait()
+
+
+@pytest.mark.parametrize("use_pidfd", [True, False], ids=["pidfd", "polling-fallback"])
+def test_paused_runs_no_thread_and_loses_no_exit(use_pidfd: bool) -> None:
+    """The agent forks workers inside ``paused()``: no watcher thread may exist there, and an exit
+    that happens meanwhile (of a pid watched before or during the pause) is recorded after it."""
+    if use_pidfd and not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd on this platform")
+    before, during = _spawn_waiting_child(), _spawn_waiting_child()
+    try:
+        with DeathWatcher(use_pidfd=use_pidfd) as watcher:
+            watcher.watch(before.pid)
+            with watcher.paused():
+                assert not [t for t in threading.enumerate() if t.name == "rootcause-death-watcher"]
+                watcher.watch(during.pid)
+                _tell_to_exit(before, 3)
+                _tell_to_exit(during, 4)
+                before.wait()  # reaped here; the watcher then records it without a status
+                assert watcher.exits() == {}
+            assert [t for t in threading.enumerate() if t.name == "rootcause-death-watcher"]
+            assert _wait_for_exit(watcher, during.pid).exitcode == 4
+            assert _wait_for_exit(watcher, before.pid).pid == before.pid
+    finally:
+        for proc in (before, during):
+            if proc.poll() is None:
+                _tell_to_exit(proc, 0)
+            proc.wait()

@@ -20,14 +20,21 @@ from tests.timestamps import assert_sub_second
 pytestmark = pytest.mark.slow
 
 
-def _root_cause_error(excinfo: pytest.ExceptionInfo[BaseException]) -> ElasticRootCauseError:
+def find_root_cause_error(exc: BaseException) -> ElasticRootCauseError | None:
     """flytekit's local execution wraps task errors; find ours in the chain."""
-    seen: BaseException | None = excinfo.value
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ElasticRootCauseError | ElasticRootCauseRecoverableError):
             return seen  # type: ignore[return-value]
         seen = seen.__cause__ or seen.__context__ or getattr(seen, "value", None)
-    raise AssertionError(f"no root-cause error in {excinfo.value!r}")
+    return None
+
+
+def _root_cause_error(excinfo: pytest.ExceptionInfo[BaseException]) -> ElasticRootCauseError:
+    error = find_root_cause_error(excinfo.value)
+    if error is None:
+        raise AssertionError(f"no root-cause error in {excinfo.value!r}")
+    return error
 
 
 def test_raising_rank_is_the_root_cause_and_survivors_are_victims() -> None:

@@ -28,7 +28,7 @@ def _always_running(self: Any) -> None:
     return None
 
 
-def _watch_nothing(self: Any) -> None:
+def _watch_nothing(self: Any, stop: Any) -> None:
     return None
 
 
