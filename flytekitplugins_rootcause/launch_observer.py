@@ -251,11 +251,10 @@ class LaunchObserver:
                 early_exit_fails = self.results_delivered(attempt) is False
                 exited = [sentinels[s] for s in ready]
                 failed = _failed_indices(process_context, exited, early_exit_fails)
-                unwinding = _recorded_alive_indices(pcontext, process_context, exclude=exited)
-                failed += unwinding
+                failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
                 if failed:
                     first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
-                    self._tear_down(process_context, attempt, spared=unwinding)
+                    self._tear_down(process_context, attempt)
                     if process_context.processes[first].exitcode == 0:
                         raise _exited_without_result(process_context, first)
                     process_context.sentinels = {
@@ -269,12 +268,14 @@ class LaunchObserver:
 
         process_context.join = join
 
-    def _tear_down(self, process_context: Any, attempt: int, *, spared: list[int]) -> None:
+    def _tear_down(self, process_context: Any, attempt: int) -> None:
         """End every worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
 
-        Workers in ``spared`` (unwinding after recording their exception) get no SIGTERM, only the
-        SIGKILL if they outlive the grace. Exits are read from the kernel without reaping, so torch's
-        join still collects every worker as it always does.
+        That includes a failed worker still unwinding after recording its exception: waiting for
+        its interpreter's shutdown cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile
+        (inherited from the agent with the ``fork`` start method) may cut short torch's traceback
+        pickle; the join wrapper turns the resulting ``EOFError`` into that worker's failure. Exits
+        are read from the kernel without reaping, so torch's join still collects every worker.
         """
         self.note_teardown(attempt)
         processes = process_context.processes
@@ -287,7 +288,6 @@ class LaunchObserver:
             [process.pid for process in processes],
             grace_s=grace,
             exited=lambda pid: self.watcher.confirm_exit(pid) is not None,
-            spared=[processes[index].pid for index in spared],
         )
         if stuck:
             logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
