@@ -1,9 +1,10 @@
 """Under ``start_method="fork"`` the failing worker's own exception is the root cause, every time.
 
 Before the fixes (``DeathWatcher.paused`` around the fork; a truncated torch traceback pickle of a
-worker SIGTERMed while unwinding turned into that worker's failure), rank 1 here died by SIGSEGV in most launches run back to back by a
-script on this machine, or the launch ended with torch's "Ran out of input". The launches run in a
-fresh process, as a script runs them (inside pytest's process the crash did not show).
+worker SIGTERMed while unwinding turned into that worker's failure), rank 1 here died by SIGSEGV in
+most launches run back to back by a script on this machine, or the launch ended with torch's "Ran
+out of input". The launches run in a fresh process, as a script runs them (inside pytest's process
+the crash did not show).
 """
 
 from __future__ import annotations
