@@ -146,8 +146,13 @@ class LaunchObserver:
         """
         with self._lock:
             pcontext = self._contexts.get(attempt)
-        event = getattr(pcontext, "_worker_finished_event", None)
-        return None if event is None else bool(event.is_set())
+        # torch's own bookkeeping, read without a lock: ``_poll`` fills ``_return_values`` and only
+        # then sets the workers' "finished" event. (``Event.is_set`` would take a lock shared with
+        # the workers, which a worker killed inside ``Event.wait`` can leave held forever.)
+        collected = getattr(pcontext, "_return_values", None)
+        if not isinstance(collected, dict) or not hasattr(pcontext, "_worker_finished_event"):
+            return None
+        return len(collected) == getattr(pcontext, "nprocs", -1)
 
     def exited_without_result(self, worker: LaunchedWorker) -> bool:
         """The worker exited with code 0 although its attempt's results were never delivered."""
