@@ -259,7 +259,7 @@ class LaunchObserver:
                 failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
                 if failed:
                     first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
-                    self._tear_down(process_context, attempt)
+                    self.end_workers(attempt)
                     if process_context.processes[first].exitcode == 0:
                         raise _exited_without_result(process_context, first)
                     process_context.sentinels = {
@@ -273,27 +273,23 @@ class LaunchObserver:
 
         process_context.join = join
 
-    def _tear_down(self, process_context: Any, attempt: int) -> None:
-        """End every worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
+    def end_workers(self, attempt: int) -> None:
+        """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
 
-        That includes a failed worker still unwinding after recording its exception: waiting for
-        its interpreter's shutdown cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile
-        (inherited from the agent with the ``fork`` start method) may cut short torch's traceback
-        pickle; the join wrapper turns the resulting ``EOFError`` into that worker's failure. Exits
-        are read from the kernel without reaping, so torch's join still collects every worker.
+        The one teardown of both the join wrapper and the agent watchdog. It includes a failed
+        worker still unwinding after recording its exception: waiting for its interpreter's shutdown
+        cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile (inherited from the agent
+        with the ``fork`` start method) may cut short torch's traceback pickle; the join wrapper
+        turns the resulting ``EOFError`` into that worker's failure. Exits are read from the kernel
+        without reaping (never through torch's handles, whose ``is_alive`` reaps), so torch's join
+        still collects every worker and the watcher still reads each status.
         """
         self.note_teardown(attempt)
-        processes = process_context.processes
         grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
-        logger.warning(
-            "worker failure noticed; ending %d workers (SIGTERM, %g s, SIGKILL)",
-            sum(1 for process in processes if process.is_alive()), grace,
-        )
-        stuck = terminate_then_kill(
-            [process.pid for process in processes],
-            grace_s=grace,
-            exited=lambda pid: self.watcher.confirm_exit(pid) is not None,
-        )
+        exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
+        live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]
+        logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)
+        stuck = terminate_then_kill(live, grace_s=grace, exited=exited)
         if stuck:
             logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
         self.note_teardown_done(attempt)

@@ -50,7 +50,6 @@ from flytekitplugins_rootcause.death_watcher import ProcessExit
 from flytekitplugins_rootcause.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
 from flytekitplugins_rootcause.launch_observer import LaunchedWorker, LaunchObserver
 from flytekitplugins_rootcause.root_cause import diagnose, root_cause_error
-from flytekitplugins_rootcause.teardown import terminate_then_kill
 
 logger = logging.getLogger(__name__)
 
@@ -269,16 +268,8 @@ class AgentWatchdog:
     def _end_survivors(self) -> None:
         """Note teardown, then SIGTERM/grace/SIGKILL the last attempt's live workers (victims)."""
         attempt = self.observer.last_attempt()
-        if attempt is None:
-            return
-        self.observer.note_teardown(attempt)
-        watcher = self.observer.watcher
-        survivors = [w.pid for w in self.observer.workers_of(attempt) if watcher.confirm_exit(w.pid) is None]
-        stuck = terminate_then_kill(
-            survivors, grace_s=self.settings.teardown_grace_s, exited=lambda pid: watcher.confirm_exit(pid) is not None
-        )
-        if stuck:
-            logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
+        if attempt is not None:
+            self.observer.end_workers(attempt)
 
     def _root_cause(self, note: str) -> BaseException:
         try:
