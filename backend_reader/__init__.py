@@ -12,11 +12,11 @@ Typical use::
 """
 
 from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile, parse_error_document
-from backend_reader.ordering import Role, TimeSource, order_failures, pick_root_cause, root_cause_key
 from backend_reader.reader import OutputsError, PayloadTooLargeError, RemoteFileOutputReader
 from backend_reader.results import ExecutionErrorResult, ReadResult
 from backend_reader.storage import ReaderError, RetryPolicy, StorageError
 from backend_reader.strategy import ErrorAggregationStrategy
+from rootcause_core.ordering import Role, TimeSource, order_failures, pick_root_cause, root_cause_key
 
 __all__ = [
     "ErrorAggregationStrategy",

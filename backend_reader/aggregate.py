@@ -20,8 +20,8 @@ import dataclasses
 from backend_reader.documents import FailureRecord, SkippedFile
 from backend_reader.layout import ERROR_FILE_NAME, join
 from backend_reader.messages import cut_message
-from backend_reader.ordering import order_failures, root_cause_key
 from backend_reader.results import ReadResult
+from rootcause_core.ordering import order_failures, root_cause_key
 
 DEFAULT_SUMMARY_BYTES = 4 * 1024
 

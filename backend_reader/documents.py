@@ -26,9 +26,10 @@ from google.protobuf import message as protobuf_message
 from google.protobuf import unknown_fields
 
 from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
-from backend_reader.ordering import Role, TimeSource
-from backend_reader.roles import classify_role, rank_from_report
-from backend_reader.safe_text import safe_line, safe_text
+from rootcause_core.error_files import ListingKey
+from rootcause_core.ordering import Role, TimeSource
+from rootcause_core.roles import classify_role, rank_from_report
+from rootcause_core.safe_text import safe_line, safe_text
 
 _NS_PER_S = 1_000_000_000
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
@@ -173,3 +174,16 @@ def _timestamp_ns(error: errors_pb2.ContainerError) -> tuple[int | None, str | N
 def _fingerprint(error: errors_pb2.ContainerError) -> str:
     """Digest of the document's content, to recognise the ``error.pb`` copy of a worker's file."""
     return hashlib.sha256(error.SerializeToString(deterministic=True)).hexdigest()
+
+
+def listing_key_for(document: bytes) -> ListingKey | None:
+    """The listing key of a serialized ``ErrorDocument``, as the reader will see it; ``None`` when the
+    reader would skip the document (then the file gets a plain name and is simply read).
+
+    Here, next to the parser, because the key must be what :func:`parse_error_document` makes of the
+    very bytes a pod writes (``rootcause_core.error_files`` holds the name format).
+    """
+    parsed = parse_error_document(document, "")
+    if not isinstance(parsed, FailureRecord):
+        return None
+    return ListingKey(parsed.role, parsed.timestamp_ns)

@@ -6,7 +6,7 @@ Two layouts are read:
 
 - Flyte's own: ``<output_prefix>/error.pb`` (one writer) and, with distributed error aggregation,
   ``<output_prefix>/error-<uuid>.pb`` (flytekit) or ``error-<worker>-<uuid>.<listing key>.pb``
-  (this plugin, ``backend_reader.listing_keys``) next to it: the name starts with ``error``, which
+  (this plugin, ``rootcause_core.error_files``) next to it: the name starts with ``error``, which
   is exactly what Flyte's Go reader lists;
 - the RFC's: ``<raw_output_prefix>/errors/<anything>.pb``.
 """
@@ -16,10 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from backend_reader.strategy import ErrorAggregationStrategy
+from rootcause_core.error_files import ERROR_FILE_NAME, ERROR_FILE_STEM, PROTO_SUFFIX
 
-ERROR_FILE_NAME = "error.pb"
-ERROR_FILE_STEM = "error"
-PROTO_SUFFIX = ".pb"
+__all__ = ["ERROR_FILE_NAME", "ERROR_FILE_STEM", "PROTO_SUFFIX", "ListingSpec", "error_listings", "join"]
 OUTPUTS_FILE_NAME = "outputs.pb"
 RAW_ERRORS_FOLDER = "errors"
 

@@ -10,7 +10,7 @@ so the result is valid text.
 
 from __future__ import annotations
 
-from backend_reader.safe_text import MAX_REPORT_BYTES, split_head_tail, utf8_size
+from rootcause_core.safe_text import MAX_REPORT_BYTES, split_head_tail, utf8_size
 
 MAX_MESSAGE_BYTES = MAX_REPORT_BYTES
 TRUNCATION_INDICATOR = "... <Message Truncated> ..."

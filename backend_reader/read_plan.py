@@ -1,6 +1,6 @@
 """Which error files ``read_error`` downloads, batch by batch: the pure half of the root-cause read.
 
-Files whose names carry a listing key (``backend_reader.listing_keys``) are grouped by that key's
+Files whose names carry a listing key (``rootcause_core.error_files``) are grouped by that key's
 role and time; files without one can hold anything, so they are always read. Reading goes:
 
 1. every unkeyed file and the lowest keyed group (its files tie on role and time, and the full rule
@@ -22,9 +22,9 @@ import dataclasses
 from collections.abc import Iterable
 
 from backend_reader.documents import FailureRecord
-from backend_reader.listing_keys import ListingKey, listing_key_of
-from backend_reader.ordering import role_time_key
 from backend_reader.storage import ObjectInfo
+from rootcause_core.error_files import ListingKey, listing_key_of
+from rootcause_core.ordering import role_time_key
 
 Listed = tuple[str, ObjectInfo]
 

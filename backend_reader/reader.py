@@ -11,9 +11,9 @@ this reader:
   listed size, before any download, so memory stays near ``max_concurrency * max_payload_bytes``
   plus one short record per failure;
 - reports every unusable file in ``skipped`` with a reason and carries on;
-- orders with the shared rule (:mod:`backend_reader.ordering`);
+- orders with the shared rule (:mod:`rootcause_core.ordering`);
 - ``read_error`` (propeller's call) downloads only the files that can still hold the root cause:
-  the plugin names each file with its role and time (:mod:`backend_reader.listing_keys`), so one
+  the plugin names each file with its role and time (:mod:`rootcause_core.error_files`), so one
   listing ranks them and one download usually settles it (:mod:`backend_reader.read_plan`); files
   without such a name are always read, and the answer equals reading everything;
 - can wait for late files: with ``expected_workers``, it polls the listing until that many error
@@ -126,7 +126,7 @@ class RemoteFileOutputReader:
     async def read_root_cause_async(self) -> ReadResult:
         """The root cause alone, from as few downloads as the files' names allow.
 
-        Files whose names carry their role and time (``backend_reader.listing_keys``) are read only
+        Files whose names carry their role and time (``rootcause_core.error_files``) are read only
         while they can still hold the root cause (``backend_reader.read_plan``); the root cause is
         the one reading every file gives. The result's ``failures`` holds only that one (or none),
         and ``skipped`` only the unusable files among those read (all of them when none was usable).

@@ -18,9 +18,9 @@ from rich.text import Text
 from backend_reader.documents import ErrorKind, FailureRecord
 from backend_reader.layout import base_name
 from backend_reader.results import ReadResult
-from backend_reader.safe_text import safe_text
-from backend_reader.timefmt import rfc3339_ns, rfc3339_ns_or_none
-from backend_reader.timeline import TimelineEntry, build_timeline, format_offset, span_s, text_bar
+from rootcause_core.safe_text import safe_text
+from rootcause_core.timeline import TimelineEntry, build_timeline, format_offset, span_s, text_bar
+from rootcause_core.timestamps import rfc3339_ns, rfc3339_ns_or_none
 
 ROOT_CAUSE_ROLE = "root-cause"
 _FIRST_LINE_CHARS = 120

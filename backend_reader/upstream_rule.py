@@ -29,7 +29,7 @@ import fsspec
 from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import message as protobuf_message
 
-from backend_reader.safe_text import MAX_DOCUMENT_BYTES
+from rootcause_core.safe_text import MAX_DOCUMENT_BYTES
 
 #: Go's ``errorFileNotFoundErrorCode``'s sibling for a document without an error.
 ERROR_FILE_BAD_FORMAT = "ErrorFileBadFormat"

@@ -8,7 +8,7 @@ Run by hand (it prints a table)::
 For each size and naming, a fresh fake-gcs-server (``--backend``, memory by default) is preloaded
 with that many ~2 KiB ErrorDocuments under one output prefix (``-data``: uploading 10,000 objects
 one by one is slow on this server). ``keyed`` names are what the plugin's entrypoint writes (role
-and time in the name, ``backend_reader.listing_keys``); ``plain`` names are what writers without
+and time in the name, ``rootcause_core.error_files``); ``plain`` names are what writers without
 listing keys leave (flytekit, the plugin before keys). Then, each in a fresh subprocess so peak RSS
 (``ru_maxrss``) is its own:
 
@@ -139,9 +139,10 @@ def write_data(folder: Path, size: int, names: str) -> None:
     """``size`` ErrorDocuments of ~2 KiB; the root cause is one random worker, a few are victims.
 
     ``names``: ``keyed`` names each file as the plugin's entrypoint does (role and time in the name,
-    ``backend_reader.listing_keys``); ``plain`` as writers without listing keys do.
+    ``rootcause_core.error_files``); ``plain`` as writers without listing keys do.
     """
-    from backend_reader.listing_keys import keyed_file_name, listing_key_for
+    from backend_reader.documents import listing_key_for
+    from rootcause_core.error_files import keyed_file_name
     from tests.reader_support import error_document
 
     rng = random.Random(size)

@@ -7,6 +7,8 @@ user did not set them.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -104,9 +106,23 @@ class ElasticRootCause(Elastic):
             from flytekitplugins_rootcause.straggler.settings import validate_for_task
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
+        _load_task_type()
 
 
-# Register ElasticRootCauseFunctionTask for this config whichever module the user imported the
-# config from: flytekit silently falls back to a plain Python task for an unregistered config type.
-# (At the bottom: task.py imports this module, which is complete by now.)
-from flytekitplugins_rootcause import task as _task  # noqa: E402, F401
+#: The module that defines and registers this config's task type (``ElasticRootCauseFunctionTask``).
+TASK_TYPE_MODULE = "flytekitplugins_rootcause.task"
+
+
+def _load_task_type() -> None:
+    """Make sure ``@task(task_config=ElasticRootCause(...))`` finds its task type.
+
+    flytekit looks the task type up by the config's exact class and silently falls back to a plain
+    Python task when none is registered, so registration must have happened by the time a config
+    exists, whichever module the user imported the config from. The task module registers itself
+    on import; it is loaded here by name, the way flytekit loads plugins, so this module and the
+    task module (which imports this one) do not import each other.
+    """
+    if TASK_TYPE_MODULE not in sys.modules:
+        importlib.import_module(TASK_TYPE_MODULE)
+
+

@@ -28,26 +28,26 @@ from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
+from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
+from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
+from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.deck import publish_timeline_deck
-from flytekitplugins_rootcause.launch_observer import LaunchObserver, observing_launch
-from flytekitplugins_rootcause.process_settings import (
+from flytekitplugins_rootcause.diagnosis.deck import publish_timeline_deck
+from flytekitplugins_rootcause.diagnosis.root_cause import agent_timeline, diagnose, root_cause_error
+from flytekitplugins_rootcause.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
     applied_environment,
     before_user_function,
 )
-from flytekitplugins_rootcause.root_cause import agent_timeline, diagnose, root_cause_error
-from flytekitplugins_rootcause.torch_log_format import exceptions_preformatted
-from flytekitplugins_rootcause.watchdog import AgentWatchdog, watchdog_settings
-from flytekitplugins_rootcause.worker_recorder import RecordingTaskFunction
+from flytekitplugins_rootcause.worker.recorder import RecordingTaskFunction
 
 __all__ = ["PATCHED_ENTRYPOINT", "ElasticRootCauseFunctionTask", "root_cause_error"]
 
 logger = logging.getLogger(__name__)
 
-#: Console script of the patched entrypoint (``flytekitplugins_rootcause.entrypoint``).
+#: Console script of the patched entrypoint (``flytekitplugins_rootcause.entrypoint.command``).
 PATCHED_ENTRYPOINT = "pyflyte-rootcause-execute"
 
 

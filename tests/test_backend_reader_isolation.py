@@ -1,4 +1,5 @@
-"""backend_reader must install and import without flytekit or torch (a backend service uses it)."""
+"""backend_reader and the shared core must install and import without flytekit or torch (a backend
+service uses them)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 import backend_reader
+import rootcause_core
 
 FORBIDDEN = ("flytekit", "flytekitplugins_rootcause", "torch")
-PACKAGE_DIR = Path(backend_reader.__file__).resolve().parent
-MODULE_FILES = sorted(PACKAGE_DIR.glob("*.py"))
+PACKAGE_DIRS = [Path(package.__file__).resolve().parent for package in (backend_reader, rootcause_core)]
+PACKAGE_DIR = PACKAGE_DIRS[0]
+MODULE_FILES = sorted(path for folder in PACKAGE_DIRS for path in folder.glob("*.py"))
+OWN_PACKAGES = {folder.name for folder in PACKAGE_DIRS}
+
+
+def module_name(path: Path) -> str:
+    return f"{path.parent.name}.{path.stem}"
 
 
 def forbidden(module: str) -> bool:
@@ -25,7 +33,7 @@ def forbidden(module: str) -> bool:
 
 
 def test_importing_every_module_pulls_in_neither_flytekit_nor_torch() -> None:
-    modules = [f"backend_reader.{path.stem}" for path in MODULE_FILES]
+    modules = [module_name(path) for path in MODULE_FILES]
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
@@ -51,13 +59,13 @@ def test_no_module_names_flytekit_or_torch_in_an_import() -> None:
     """Also catches imports inside functions, which the subprocess check would not execute."""
     for path in MODULE_FILES:
         names = [name for name, _ in imports_in(path)]
-        assert not [n for n in names if forbidden(n) or n == "flytekitplugins"], f"{path.name}: {names}"
+        assert not [n for n in names if forbidden(n) or n == "flytekitplugins"], f"{module_name(path)}: {names}"
 
 
 def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencies(tmp_path: Path) -> None:
     """``distributions/backend-reader`` builds a wheel a backend service installs without flytekit or
-    torch: it holds exactly the repository's ``backend_reader`` modules, and declares a dependency
-    for every third-party package they import."""
+    torch: it holds exactly the repository's ``backend_reader`` and ``rootcause_core`` modules, and
+    declares a dependency for every third-party package they import."""
     root = PACKAGE_DIR.parent
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
     subprocess.run([*build, str(root / "distributions" / "backend-reader")], check=True, capture_output=True)
@@ -68,7 +76,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
         metadata = archive.read(metadata_name).decode()
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
     shipped = sorted(name for name in names if not name.split("/")[0].endswith(".dist-info"))
-    assert shipped == sorted(f"backend_reader/{path.name}" for path in MODULE_FILES)
+    assert shipped == sorted(f"{path.parent.name}/{path.name}" for path in MODULE_FILES)
     assert "rootcause-reader = backend_reader.cli:main" in entry_points
 
     required = {
@@ -79,7 +87,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
     assert not [name for name in required if forbidden(name.replace("-", "_"))]
     distributions = importlib.metadata.packages_distributions()
     imported = {name.split(".")[0] for path in MODULE_FILES for name, level in imports_in(path) if not level}
-    third_party = {name for name in imported if name in distributions and name != "backend_reader"}
+    third_party = {name for name in imported if name in distributions and name not in OWN_PACKAGES}
     for module in sorted(third_party):
         owners = {owner.lower().replace("_", "-") for owner in distributions[module]}
         # google.protobuf comes with protobuf; flyteidl pulls it in too.

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from backend_reader import RemoteFileOutputReader
-from backend_reader.ordering import Role
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
+from rootcause_core.ordering import Role
 from tests.object_stores import ObjectStore
 from tests.timestamps import assert_sub_second
 

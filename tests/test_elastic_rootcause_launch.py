@@ -12,8 +12,8 @@ import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from backend_reader.ordering import Role, TimeSource
 from flytekitplugins_rootcause import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from rootcause_core.ordering import Role, TimeSource
 from tests.elastic_tasks import scenarios
 from tests.timestamps import assert_sub_second
 

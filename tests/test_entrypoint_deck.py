@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from flytekitplugins_rootcause.deck import DECK_NAME
+from flytekitplugins_rootcause.diagnosis.deck import DECK_NAME
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
 from tests.object_stores import ObjectStore
 

@@ -7,10 +7,8 @@ from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend_reader.ordering import Role
-from backend_reader.roles import role_from_marker
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.error_documents import (
+from flytekitplugins_rootcause.entrypoint.error_documents import (
     ErrorFilePolicy,
     decide_policy,
     error_message,
@@ -19,6 +17,8 @@ from flytekitplugins_rootcause.error_documents import (
     timestamp_from_ns,
 )
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_from_marker
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
 
 

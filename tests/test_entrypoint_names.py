@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flytekitplugins_rootcause.error_documents import per_worker_file_name
-from flytekitplugins_rootcause.worker_names import (
+from flytekitplugins_rootcause.entrypoint.error_documents import per_worker_file_name
+from rootcause_core.worker_names import (
     MAX_DISPLAY_NAME_LENGTH,
     MAX_WORKER_NAME_LENGTH,
     UNKNOWN_WORKER,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from flyteidl.core import errors_pb2, execution_pb2
 
-from backend_reader.ordering import Role
-from backend_reader.roles import role_from_marker
-from flytekitplugins_rootcause.entrypoint import COMMAND_NAME, WRITE_FAILED_EXIT_CODE
+from flytekitplugins_rootcause.entrypoint.command import COMMAND_NAME, WRITE_FAILED_EXIT_CODE
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_from_marker
 from tests.entrypoint_tasks.harness import (
     FLYTEKIT_EXECUTE,
     Prefixes,

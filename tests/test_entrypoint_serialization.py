@@ -19,10 +19,10 @@ from flytekit.bin.entrypoint import execute_task_cmd as flytekit_command
 from flytekit.configuration import FastSerializationSettings, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
-from backend_reader.ordering import Role
-from backend_reader.roles import role_from_marker
-from flytekitplugins_rootcause.entrypoint import execute_task_cmd
-from flytekitplugins_rootcause.report import format_time
+from flytekitplugins_rootcause.diagnosis.report import format_time
+from flytekitplugins_rootcause.entrypoint.command import execute_task_cmd
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_from_marker
 from tests.entrypoint_tasks import elastic, plain
 from tests.entrypoint_tasks.harness import BIN_DIR, REPO_ROOT, list_names, new_prefixes, pod_env, read_error
 from tests.object_stores import ObjectStore

@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 from flytekit.core.data_persistence import FileAccessProvider
 from s3fs.errors import translate_boto_error
 
-from flytekitplugins_rootcause.error_documents import ErrorFilePolicy
-from flytekitplugins_rootcause.error_upload import (
+from flytekitplugins_rootcause.entrypoint.error_documents import ErrorFilePolicy
+from flytekitplugins_rootcause.entrypoint.error_upload import (
     ErrorDocumentWriteError,
     LocalErrorStore,
     is_write_conflict,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from backend_reader.ordering import Role, TimeSource
-from flytekitplugins_rootcause.selection import EXITED_WITHOUT_RESULT
-from flytekitplugins_rootcause.watchdog import AGENT_HUNG_EXIT_CODE
+from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
+from flytekitplugins_rootcause.diagnosis.selection import EXITED_WITHOUT_RESULT
+from rootcause_core.ordering import Role, TimeSource
 from tests.elastic_tasks import stalling_workers
 from tests.test_elastic_rootcause_launch import _root_cause_error
 from tests.watchdog_tasks.agent_process import agent_process

@@ -26,21 +26,21 @@ from hypothesis import strategies as st
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from backend_reader import RemoteFileOutputReader
-from backend_reader.safe_text import (
+from backend_reader.upstream_rule import earliest_error
+from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.diagnosis.root_cause import root_cause_error
+from flytekitplugins_rootcause.diagnosis.selection import WorkerEvidence, rank_failures
+from flytekitplugins_rootcause.entrypoint.error_documents import last_resort_document, per_worker_file_name
+from flytekitplugins_rootcause.worker.recorder import build_error_file, read_error_file, worker_name
+from rootcause_core.safe_text import (
     MAX_DOCUMENT_BYTES,
     MAX_REPORT_BYTES,
     MAX_WORKER_ERROR_FILE_BYTES,
     safe_text,
     utf8_size,
 )
-from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.death_watcher import ProcessExit
-from flytekitplugins_rootcause.error_documents import last_resort_document, per_worker_file_name
-from flytekitplugins_rootcause.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.root_cause import root_cause_error
-from flytekitplugins_rootcause.selection import WorkerEvidence, rank_failures
-from flytekitplugins_rootcause.worker_names import display_worker_name, raw_worker_name
-from flytekitplugins_rootcause.worker_recorder import build_error_file, read_error_file, worker_name
+from rootcause_core.worker_names import display_worker_name, raw_worker_name
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
 from tests.entrypoint_tasks.hostile import HUGE_HEAD, HUGE_TAIL
 from tests.object_stores import ObjectStore

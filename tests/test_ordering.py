@@ -1,4 +1,4 @@
-"""The shared root-cause rule (backend_reader.ordering): pure, total, deterministic."""
+"""The shared root-cause rule (rootcause_core.ordering): pure, total, deterministic."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend_reader.ordering import Role, order_failures, pick_root_cause, root_cause_key
+from rootcause_core.ordering import Role, order_failures, pick_root_cause, root_cause_key
 
 
 @dataclasses.dataclass(frozen=True)

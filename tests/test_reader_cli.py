@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from flyteidl.core import execution_pb2
 
-from backend_reader.listing_keys import keyed_file_name, listing_key_for
+from backend_reader.documents import listing_key_for
+from rootcause_core.error_files import keyed_file_name
 from tests.object_stores import ObjectStore
 from tests.reader_support import BASE_NS, error_document, write_files
 

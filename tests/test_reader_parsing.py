@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile, parse_error_document
 from backend_reader.layout import count_error_files, error_listings
 from backend_reader.messages import TRUNCATION_INDICATOR, cut_message
-from backend_reader.ordering import Role, TimeSource
-from backend_reader.safe_text import safe_line, safe_text
 from backend_reader.storage import is_transient
 from backend_reader.strategy import ErrorAggregationStrategy
-from backend_reader.timefmt import rfc3339_ns
+from rootcause_core.ordering import Role, TimeSource
+from rootcause_core.safe_text import safe_line, safe_text
+from rootcause_core.timestamps import rfc3339_ns
 from tests.reader_support import BASE_NS, error_document
 
 URI = "gs://bucket/out/error-w-1.pb"

@@ -22,8 +22,9 @@ from backend_reader import (
     Role,
     StorageError,
 )
-from backend_reader.listing_keys import keyed_file_name, listing_key_for
+from backend_reader.documents import listing_key_for
 from backend_reader.results import ERROR_FILE_NOT_FOUND
+from rootcause_core.error_files import keyed_file_name
 from tests.object_stores import ObjectStore
 from tests.reader_support import (
     BASE_NS,

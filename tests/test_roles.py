@@ -1,4 +1,4 @@
-"""Victims versus root-cause candidates (backend_reader.roles)."""
+"""Victims versus root-cause candidates (rootcause_core.roles)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from backend_reader.ordering import Role
-from backend_reader.roles import classify_role, rank_from_report, role_from_marker, role_marker
+from rootcause_core.ordering import Role
+from rootcause_core.roles import classify_role, rank_from_report, role_from_marker, role_marker
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The text-safety rule every boundary uses (``backend_reader.safe_text``): escape, never refuse;
+"""The text-safety rule every boundary uses (``rootcause_core.safe_text``): escape, never refuse;
 bound size keeping head and tail; describe exceptions whose ``__str__`` raises."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend_reader.safe_text import (
+from rootcause_core.safe_text import (
     CUT_MARKER,
     exception_summary,
     first_line,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import signal
 
-from backend_reader.ordering import Role, TimeSource
-from flytekitplugins_rootcause.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.diagnosis.report import format_root_cause_message, format_time
+from flytekitplugins_rootcause.diagnosis.selection import Detection, WorkerEvidence, is_recoverable, rank_failures
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.report import format_root_cause_message, format_time
-from flytekitplugins_rootcause.selection import Detection, WorkerEvidence, is_recoverable, rank_failures
 from flytekitplugins_rootcause.task import root_cause_error
-from flytekitplugins_rootcause.worker_recorder import RecordedError
+from flytekitplugins_rootcause.worker.recorder import RecordedError
+from rootcause_core.ordering import Role, TimeSource
 
 S = 1_000_000_000
 T0 = 1_795_000_000 * S

@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from flytekitplugins_rootcause import failure_sink
-from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.teardown import terminate_then_kill
-from flytekitplugins_rootcause.watchdog import (
+from flytekitplugins_rootcause.agent import failure_sink
+from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
+from flytekitplugins_rootcause.agent.watchdog import (
     AgentSnapshot,
     WatchdogSettings,
     hang_deadline_ns,
@@ -23,6 +22,7 @@ from flytekitplugins_rootcause.watchdog import (
     rendezvous_allowance_s,
     watchdog_settings,
 )
+from flytekitplugins_rootcause.config import ElasticRootCause
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

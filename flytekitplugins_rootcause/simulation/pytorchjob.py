@@ -37,8 +37,8 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_rootcause.loopback import free_port
 from flytekitplugins_rootcause.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from flytekitplugins_rootcause.simulation.loopback import free_port
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
 
 #: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.

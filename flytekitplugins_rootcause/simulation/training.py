@@ -18,7 +18,7 @@ from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, maybe_inject
-from flytekitplugins_rootcause.worker_recorder import worker_name
+from flytekitplugins_rootcause.worker.recorder import worker_name
 
 #: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
 COLLECTIVE_TIMEOUT_S = 20

@@ -11,9 +11,9 @@ import os
 import signal
 from pathlib import Path
 
-from backend_reader.ordering import Role, TimeSource
+from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.failures import WorkerFailure
+from rootcause_core.ordering import Role, TimeSource
 
 #: Default root-cause time: non-zero digits below the microsecond (789 ns), which a float of
 #: seconds since the epoch cannot carry.

@@ -33,7 +33,7 @@ from flytekit.utils.asyn import loop_manager
 from fsspec.asyn import AsyncFileSystem
 from fsspec.utils import get_protocol
 
-from flytekitplugins_rootcause.error_documents import (
+from flytekitplugins_rootcause.entrypoint.error_documents import (
     SHARED_ERROR_FILE_NAME,
     ErrorFilePolicy,
     per_worker_file_name,

@@ -4,14 +4,14 @@
 - their names (``error-<sanitized worker>-<uuid hex>.<listing key>.pb`` directly under the output
   prefix, where Flyte's backend lists ``error*.pb``, plus the shared ``error.pb``); the listing key
   is the document's role and time, so a reader finds the root cause from a listing
-  (``backend_reader.listing_keys``);
+  (``rootcause_core.error_files``);
 - the ``ContainerError`` stamps flytekit cannot give: the root cause's time to the nanosecond
   (flytekit goes through a float, which loses sub-microsecond digits), and, for
-  root-cause errors, the report as the message (role marker first, ``backend_reader.roles``).
+  root-cause errors, the report as the message (role marker first, ``rootcause_core.roles``).
 
 Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
 
-The message always follows ``backend_reader.safe_text``: escaped (a lone surrogate would make
+The message always follows ``rootcause_core.safe_text``: escaped (a lone surrogate would make
 protobuf refuse to encode the document, and the pod would write none) and within propeller's
 message limit, so the document stays far below propeller's payload limit.
 """
@@ -29,11 +29,11 @@ from flytekit.exceptions.system import FlyteSystemException
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from backend_reader.listing_keys import keyed_file_name, listing_key_for
-from backend_reader.roles import role_from_marker, role_marker
-from backend_reader.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
+from backend_reader.documents import listing_key_for
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
-from flytekitplugins_rootcause.worker_names import sanitize_worker_name
+from rootcause_core.error_files import keyed_file_name, per_worker_stem
+from rootcause_core.roles import role_from_marker, role_marker
+from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -86,9 +86,7 @@ def per_worker_file_name(worker: str, token: str, document: bytes) -> str:
     will parse them from ``document``) lets ``backend_reader`` skip downloading files that cannot
     be the root cause. A document the reader could not parse gets no key and is simply read.
     """
-    if not token or not token.isalnum():
-        raise ValueError(f"token must be a non-empty alphanumeric string, got {token!r}")
-    return keyed_file_name(f"error-{sanitize_worker_name(worker)}-{token}", listing_key_for(document))
+    return keyed_file_name(per_worker_stem(worker, token), listing_key_for(document))
 
 
 def root_cause_error(exc: BaseException | None) -> RootCauseDetails | None:
@@ -118,7 +116,7 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     """The ``ContainerError`` message: the root-cause report for root-cause errors, else flytekit's.
 
     For an ``ElasticRootCause*Error`` the report is what a person needs: its first line names the
-    root cause behind the role marker (which readers parse, ``backend_reader.roles``), then comes
+    root cause behind the role marker (which readers parse, ``rootcause_core.roles``), then comes
     the root cause's own traceback and one line per other failure. flytekit's text would open with
     the agent's internal traceback instead. A report without a marker (an error built by hand)
     gets one. Messages of other errors stay flytekit's. Either is made safe and bounded

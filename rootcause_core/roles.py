@@ -17,7 +17,7 @@ import re
 import signal
 from collections.abc import Iterable
 
-from backend_reader.ordering import Role
+from rootcause_core.ordering import Role
 
 #: Exception type names (any class in the MRO) that mean "a peer or the agent ended this worker".
 VICTIM_EXCEPTION_TYPES: frozenset[str] = frozenset(
@@ -85,7 +85,7 @@ def rank_from_report(message: str) -> int | None:
     """The global rank a report of this plugin names on its marked first line, if any.
 
     ``ContainerError`` has no rank field; the report's summary line (``[root cause] rank 3 (local
-    rank 1, ...``, see ``flytekitplugins_rootcause.report``) carries it.
+    rank 1, ...``, see ``flytekitplugins_rootcause.diagnosis.report``) carries it.
     """
     match = _REPORT_RANK_RE.search(message)
     return int(match.group(1)) if match else None

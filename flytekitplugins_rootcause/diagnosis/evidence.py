@@ -12,9 +12,9 @@ from typing import Any
 
 from flytekitplugins.kfpytorch.error_handling import RECOVERABLE_ERROR_FILE_NAME
 
-from flytekitplugins_rootcause.launch_observer import LaunchObserver
-from flytekitplugins_rootcause.selection import Detection, WorkerEvidence
-from flytekitplugins_rootcause.worker_recorder import read_error_file
+from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
+from flytekitplugins_rootcause.diagnosis.selection import Detection, WorkerEvidence
+from flytekitplugins_rootcause.worker.recorder import read_error_file
 
 
 def detections_by_rank(child_failed: Any) -> dict[int, Detection]:

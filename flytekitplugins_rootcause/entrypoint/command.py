@@ -4,10 +4,10 @@ A drop-in: the same click options and arguments (the very ``click.Parameter`` ob
 command), the same setup, task resolution, input download, execution, outputs, decks and exit codes,
 because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execution`` ->
 ``_dispatch_execute``). Only the error document changes, and only for tasks that ask for it
-(:func:`flytekitplugins_rootcause.error_documents.decide_policy`):
+(:func:`flytekitplugins_rootcause.entrypoint.error_documents.decide_policy`):
 
 - named: staged under a private name, then written as ``error-<worker>-<uuid>.pb`` and/or created
-  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.error_upload`), each file with one
+  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file with one
   store call, instead of riding along in flytekit's recursive engine-folder upload;
 - stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
   the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first).
@@ -39,7 +39,8 @@ import flytekit.bin.entrypoint as flytekit_entrypoint
 from flytekit.core.context_manager import FlyteContext
 from flytekit.loggers import logger
 
-from flytekitplugins_rootcause.error_documents import (
+from flytekitplugins_rootcause.agent.failure_sink import failure_sink
+from flytekitplugins_rootcause.entrypoint.error_documents import (
     DIST_ERROR_STRATEGY_ENV_VARS,
     ErrorFilePolicy,
     decide_policy,
@@ -47,14 +48,13 @@ from flytekitplugins_rootcause.error_documents import (
     exact_error_timestamp,
     last_resort_document,
 )
-from flytekitplugins_rootcause.error_upload import (
+from flytekitplugins_rootcause.entrypoint.error_upload import (
     ErrorDocumentWriteError,
     FilesystemSource,
     WriteOutcome,
     write_error_documents,
 )
-from flytekitplugins_rootcause.failure_sink import failure_sink
-from flytekitplugins_rootcause.worker_names import display_worker_name, raw_worker_name
+from rootcause_core.worker_names import display_worker_name, raw_worker_name
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -266,6 +266,3 @@ execute_task_cmd = click.Command(
     callback=_execute,
     help="pyflyte-execute, writing one error document per worker (and error.pb only if absent).",
 )
-
-if __name__ == "__main__":
-    execute_task_cmd()

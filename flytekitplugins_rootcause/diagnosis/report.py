@@ -1,9 +1,9 @@
 """Human-readable root-cause messages: one line naming the root cause, its traceback, the victims.
 
-The first line starts with the role marker of ``backend_reader.roles`` so that readers of the
+The first line starts with the role marker of ``rootcause_core.roles`` so that readers of the
 error document (the backend reader, people) know whether this pod saw a root cause or only victims.
 
-The report is the pod's ``ErrorDocument`` message, so it follows ``backend_reader.safe_text``:
+The report is the pod's ``ErrorDocument`` message, so it follows ``rootcause_core.safe_text``:
 every text in it is escaped, a failure's line shows the head and tail of a huge first line, the
 root cause's traceback keeps its innermost frames within ``MAX_REPORT_TRACEBACK_BYTES``, and the
 whole report fits propeller's message limit (``MAX_REPORT_BYTES``), so propeller never cuts it.
@@ -14,16 +14,16 @@ from __future__ import annotations
 import datetime
 import textwrap
 
-from backend_reader.ordering import Role
-from backend_reader.roles import role_marker
-from backend_reader.safe_text import (
+from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure, signal_name
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_marker
+from rootcause_core.safe_text import (
     MAX_REPORT_BYTES,
     MAX_REPORT_TRACEBACK_BYTES,
     bounded_text,
     first_line,
     safe_line,
 )
-from flytekitplugins_rootcause.failures import WorkerFailure, signal_name
 
 #: What a death by signal usually means on a training cluster, and what to check.
 SIGNAL_HINTS: dict[str, str] = {

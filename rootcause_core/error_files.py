@@ -1,4 +1,9 @@
-"""An error file's role and time, written into its name, so one listing finds the root cause.
+"""Error file names: where Flyte looks, how a pod names its own file, and the listing key in the name.
+
+Shared by the writer (the patched entrypoint) and the reader (``backend_reader``), so a name is built
+and parsed by one definition. Pure string logic: no I/O, no flytekit, no torch.
+
+Listing keys: an error file's role and time, written into its name, so one listing finds the root cause.
 
 Why: propeller needs one answer, the root cause, but a job of thousands of workers leaves thousands
 of error files, and reading each one is a request (tens of ms on a real object store, and
@@ -27,10 +32,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Protocol
 
-from backend_reader.documents import FailureRecord, parse_error_document
-from backend_reader.layout import ERROR_FILE_STEM, PROTO_SUFFIX
-from backend_reader.ordering import Role, role_time_key
+from rootcause_core.ordering import Role, role_time_key
+from rootcause_core.worker_names import sanitize_worker_name
+
+#: The single-writer file Flyte reads when no aggregation strategy is on.
+ERROR_FILE_NAME = "error.pb"
+#: Every error file's name starts so: it is the prefix Flyte's aggregating Go reader lists.
+ERROR_FILE_STEM = "error"
+PROTO_SUFFIX = ".pb"
 
 FORMAT_TAG = "rc1"
 _ROLE_LETTERS = {Role.CANDIDATE: "c", Role.VICTIM: "v"}
@@ -39,6 +50,27 @@ _KEYED_NAME = re.compile(
     rf"^(?P<stem>{ERROR_FILE_STEM}.*)\.{FORMAT_TAG}(?P<role>[cv])(?P<time>-?[0-9]{{1,21}}|{_NO_TIME})"
     rf"{re.escape(PROTO_SUFFIX)}$"
 )
+
+
+class _RoleAndTime(Protocol):
+    """What a parsed error file must tell for its listing key to be checked against it."""
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def timestamp_ns(self) -> int | None: ...
+
+
+def per_worker_stem(worker: str, token: str) -> str:
+    """``error-<sanitized worker>-<token>``: one pod's own file, never overwritten by another pod.
+
+    ``token`` is a fresh uuid hex per write; the worker part is sanitized, so no name moves the file
+    out of the output prefix or hides it.
+    """
+    if not token or not token.isalnum():
+        raise ValueError(f"token must be a non-empty alphanumeric string, got {token!r}")
+    return f"{ERROR_FILE_STEM}-{sanitize_worker_name(worker)}-{token}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,18 +89,10 @@ class ListingKey:
         time = _NO_TIME if self.timestamp_ns is None else str(self.timestamp_ns)
         return f"{FORMAT_TAG}{_ROLE_LETTERS[self.role]}{time}"
 
-    def agrees_with(self, failure: FailureRecord) -> bool:
+    def agrees_with(self, failure: _RoleAndTime) -> bool:
         """True when the file's content says what its name says."""
         return failure.role == self.role and failure.timestamp_ns == self.timestamp_ns
 
-
-def listing_key_for(document: bytes) -> ListingKey | None:
-    """The key of a serialized ``ErrorDocument``, as the reader will see it; ``None`` when the reader
-    would skip the document (then the file gets a plain name and is simply read)."""
-    parsed = parse_error_document(document, "")
-    if not isinstance(parsed, FailureRecord):
-        return None
-    return ListingKey(parsed.role, parsed.timestamp_ns)
 
 
 def keyed_file_name(stem: str, key: ListingKey | None) -> str:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from backend_reader.ordering import Role, TimeSource, order_failures
-from backend_reader.roles import classify_role
-from flytekitplugins_rootcause.death_watcher import ProcessExit
-from flytekitplugins_rootcause.failures import WorkerFailure
-from flytekitplugins_rootcause.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.worker_recorder import RecordedError
+from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.worker.recorder import RecordedError
+from rootcause_core.ordering import Role, TimeSource, order_failures
+from rootcause_core.roles import classify_role
 
 
 @dataclasses.dataclass(frozen=True)

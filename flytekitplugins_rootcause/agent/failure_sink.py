@@ -1,6 +1,6 @@
 """The last-resort failure writer: how a process that must exit *now* still reports its root cause.
 
-The agent watchdog (:mod:`flytekitplugins_rootcause.watchdog`) ends a hung agent with ``os._exit``:
+The agent watchdog (:mod:`flytekitplugins_rootcause.agent.watchdog`) ends a hung agent with ``os._exit``:
 no exception unwinds to the entrypoint, so the entrypoint's normal error path (which writes the
 per-worker ``ErrorDocument``) never runs. Instead, the entrypoint registers a *sink* here before it
 runs the task: a callable that writes the error document for an exception to the task's output

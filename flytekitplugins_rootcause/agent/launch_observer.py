@@ -34,8 +34,8 @@ from typing import Any
 
 from torch.distributed.elastic.agent.server import local_elastic_agent
 
-from flytekitplugins_rootcause.death_watcher import DeathWatcher, ProcessExit
-from flytekitplugins_rootcause.teardown import terminate_then_kill
+from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher, ProcessExit
+from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
 
 logger = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ def role_time_key(role: Role, timestamp_ns: int | None) -> tuple[int, int, int]:
     """The first two steps of the rule (role, then time) as a sort key; a prefix of ``root_cause_key``.
 
     The reader uses it alone where only role and time are known (from an error file's name, see
-    ``backend_reader.listing_keys``): equal prefixes still need the full key to break the tie.
+    ``rootcause_core.error_files``): equal prefixes still need the full key to break the tie.
     """
     return (
         0 if role == Role.CANDIDATE else 1,

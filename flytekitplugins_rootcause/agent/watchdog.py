@@ -44,12 +44,12 @@ from typing import Any
 
 from flytekit.exceptions.system import FlyteSystemException
 
-from backend_reader.ordering import Role
-from backend_reader.roles import role_marker
-from flytekitplugins_rootcause.death_watcher import ProcessExit
-from flytekitplugins_rootcause.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
-from flytekitplugins_rootcause.launch_observer import LaunchedWorker, LaunchObserver
-from flytekitplugins_rootcause.root_cause import diagnose, root_cause_error
+from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
+from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, LaunchObserver
+from flytekitplugins_rootcause.diagnosis.root_cause import diagnose, root_cause_error
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_marker
 
 logger = logging.getLogger(__name__)
 

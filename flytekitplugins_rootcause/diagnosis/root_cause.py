@@ -12,13 +12,13 @@ import socket
 import time
 from typing import Any
 
-from flytekitplugins_rootcause.evidence import gather_evidence
+from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
+from flytekitplugins_rootcause.diagnosis.evidence import gather_evidence
+from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.diagnosis.report import format_agent_timeline, format_root_cause_message
+from flytekitplugins_rootcause.diagnosis.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.failures import WorkerFailure
-from flytekitplugins_rootcause.launch_observer import LaunchObserver
-from flytekitplugins_rootcause.report import format_agent_timeline, format_root_cause_message
-from flytekitplugins_rootcause.selection import is_recoverable, rank_failures
-from flytekitplugins_rootcause.worker_recorder import worker_name
+from flytekitplugins_rootcause.worker.recorder import worker_name
 
 
 def diagnose(observer: LaunchObserver, child_failed: Any = None) -> list[WorkerFailure]:

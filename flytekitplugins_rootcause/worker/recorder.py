@@ -7,7 +7,7 @@ the file keeps torch's layout unchanged (``message.message``, ``message.extraInf
 adds this plugin's fields under the single key :data:`NAMESPACE`.
 
 Whatever the exception holds, the file is written and read back: its texts go through
-``backend_reader.safe_text`` (controls and lone surrogates escaped, head and tail of a long text
+``rootcause_core.safe_text`` (controls and lone surrogates escaped, head and tail of a long text
 kept) on the way in and on the way out, so the file stays under the agent's read limit and every
 string in it can be encoded into the pod's ``ErrorDocument``.
 
@@ -29,7 +29,7 @@ from typing import Any
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
 
-from backend_reader.safe_text import (
+from rootcause_core.safe_text import (
     MAX_WORKER_ERROR_FILE_BYTES,
     MAX_WORKER_TEXT_BYTES,
     bounded_text,
@@ -162,7 +162,7 @@ def parse_error_file(text: str) -> RecordedError:
 
     Files written by torch alone (no namespaced key) parse too, with ``timestamp_ns`` left ``None``:
     torch's whole-second stamp is too coarse to order by, so the caller falls back to the observed
-    death time. Every text comes back safe and bounded (``backend_reader.safe_text``), whoever
+    death time. Every text comes back safe and bounded (``rootcause_core.safe_text``), whoever
     wrote the file.
     """
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-from backend_reader.ordering import Role, TimeSource
+from rootcause_core.ordering import Role, TimeSource
 
 
 def signal_name(number: int | None) -> str | None:
@@ -20,7 +20,7 @@ def signal_name(number: int | None) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerFailure:
-    """Everything known about one failed worker process, ordered by ``backend_reader.ordering``.
+    """Everything known about one failed worker process, ordered by ``rootcause_core.ordering``.
 
     ``timestamp_ns`` is the best known failure time, chosen as: recorded by the worker at the
     exception > exit observed by the death watcher > failure detected by the agent's monitor loop.

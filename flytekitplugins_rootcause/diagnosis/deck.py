@@ -2,7 +2,7 @@
 
 The failing task publishes it before it raises, so the Flyte console shows, next to the error,
 every worker's failure on one time axis with the root cause marked. Layout comes from
-``backend_reader.timeline`` (shared with the CLI table); this module only draws.
+``rootcause_core.timeline`` (shared with the CLI table); this module only draws.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from backend_reader.safe_text import safe_text
-from backend_reader.timeline import ROOT_CAUSE, TimelineEntry, build_timeline, format_offset, span_s
-from flytekitplugins_rootcause.failures import WorkerFailure
-from flytekitplugins_rootcause.report import describe_ending, format_time
+from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.diagnosis.report import describe_ending, format_time
+from rootcause_core.safe_text import safe_text
+from rootcause_core.timeline import ROOT_CAUSE, TimelineEntry, build_timeline, format_offset, span_s
 
 DECK_NAME = "Failure timeline"
 _COLORS = {ROOT_CAUSE: "#d62728", "candidate": "#ff7f0e", "victim": "#7f7f7f"}

@@ -1,0 +1,18 @@
+"""``pyflyte-rootcause-execute``: the pod's entrypoint (a drop-in for flytekit's ``pyflyte-execute``).
+
+It runs in the pod's main process, which also hosts the agent. On a failure it writes one error
+document per worker (``error-<worker>-<uuid>.<listing key>.pb``) and creates ``error.pb`` only if
+absent:
+
+- :mod:`.command`: the click command (flytekit's callback, with its error-file hooks swapped);
+- :mod:`.error_documents`: what goes in the document, its name, and whether to write ours at all;
+- :mod:`.error_upload`: the writes themselves (one store call each, create-if-absent).
+
+May import: the shared core, the reader's parser (``backend_reader.documents``, so a name's listing
+key is what the reader will parse), flytekit, :mod:`flytekitplugins_rootcause.agent.failure_sink`.
+Not torch: plain tasks run through this command without importing it.
+"""
+
+from flytekitplugins_rootcause.entrypoint.command import COMMAND_NAME, WRITE_FAILED_EXIT_CODE, execute_task_cmd
+
+__all__ = ["COMMAND_NAME", "WRITE_FAILED_EXIT_CODE", "execute_task_cmd"]

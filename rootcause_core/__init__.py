@@ -1,0 +1,16 @@
+"""The shared core: the vocabulary the worker, the agent, the entrypoint and the reader all speak.
+
+Pure Python (stdlib and protobuf only: no flytekit, no torch, no I/O), shipped with the reader's
+distribution (``flyte-rootcause-reader``) so a backend service gets it without the plugin, and
+imported by the plugin for the same definitions. Each item has exactly one home here:
+
+- :mod:`rootcause_core.timestamps`: nanoseconds per second, RFC 3339 with nanoseconds, protobuf
+  ``Timestamp`` conversions;
+- :mod:`rootcause_core.worker_names`: where a worker (pod) name comes from and how it is sanitized;
+- :mod:`rootcause_core.roles`: victim or candidate, from a failure's message, signal or exit code;
+  the teardown signals;
+- :mod:`rootcause_core.ordering`: the root-cause rule (candidates first, then time, rank, worker);
+- :mod:`rootcause_core.error_files`: error file names and the listing key in them;
+- :mod:`rootcause_core.safe_text`: bounded, printable text from hostile messages;
+- :mod:`rootcause_core.timeline`: failures as offsets from the root cause.
+"""
