@@ -30,8 +30,8 @@ from rootcause_core.error_files import ListingKey
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.roles import classify_role, rank_from_report
 from rootcause_core.safe_text import safe_line, safe_text
+from rootcause_core.timestamps import NS_PER_S
 
-_NS_PER_S = 1_000_000_000
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
 _MIN_SECONDS = -62_135_596_800
 _MAX_SECONDS = 253_402_300_799
@@ -164,11 +164,11 @@ def _timestamp_ns(error: errors_pb2.ContainerError) -> tuple[int | None, str | N
     if not error.HasField("timestamp"):
         return None, None
     seconds, nanos = error.timestamp.seconds, error.timestamp.nanos
-    if not (_MIN_SECONDS <= seconds <= _MAX_SECONDS) or not (0 <= nanos < _NS_PER_S):
+    if not (_MIN_SECONDS <= seconds <= _MAX_SECONDS) or not (0 <= nanos < NS_PER_S):
         return None, f"invalid timestamp (seconds={seconds}, nanos={nanos})"
     if seconds == 0 and nanos == 0:
         return None, None
-    return seconds * _NS_PER_S + nanos, None
+    return seconds * NS_PER_S + nanos, None
 
 
 def _fingerprint(error: errors_pb2.ContainerError) -> str:

@@ -20,7 +20,7 @@ from backend_reader.layout import base_name
 from backend_reader.results import ReadResult
 from rootcause_core.safe_text import safe_text
 from rootcause_core.timeline import TimelineEntry, build_timeline, format_offset, span_s, text_bar
-from rootcause_core.timestamps import rfc3339_ns, rfc3339_ns_or_none
+from rootcause_core.timestamps import from_protobuf, rfc3339_ns, rfc3339_ns_or_none
 
 ROOT_CAUSE_ROLE = "root-cause"
 _FIRST_LINE_CHARS = 120
@@ -146,4 +146,4 @@ def _first_line(message: str) -> str:
 def _proto_time(proto: Any) -> str | None:
     if not proto.HasField("timestamp"):
         return None
-    return rfc3339_ns(proto.timestamp.seconds * 1_000_000_000 + proto.timestamp.nanos)
+    return rfc3339_ns(from_protobuf(proto.timestamp))

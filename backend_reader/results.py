@@ -7,15 +7,14 @@ from __future__ import annotations
 import dataclasses
 
 from flyteidl.core import execution_pb2
-from google.protobuf import timestamp_pb2
 
 from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile
+from rootcause_core.timestamps import to_protobuf
 
 #: Codes of the errors the reader makes up itself, the same as Flyte's Go reader uses.
 ERROR_FILE_NOT_FOUND = "ErrorFileNotFound"
 ERROR_FILE_BAD_FORMAT = "ErrorFileBadFormat"
 
-_NS_PER_S = 1_000_000_000
 _MAX_LISTED_SKIPS = 5
 
 
@@ -82,8 +81,7 @@ def failure_to_execution_error(failure: FailureRecord) -> ExecutionErrorResult:
         worker=failure.worker,
     )
     if failure.timestamp_ns is not None:
-        seconds, nanos = divmod(failure.timestamp_ns, _NS_PER_S)
-        error.timestamp.CopyFrom(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
+        error.timestamp.CopyFrom(to_protobuf(failure.timestamp_ns))
     return ExecutionErrorResult(error, failure.recoverable)
 
 

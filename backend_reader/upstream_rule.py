@@ -30,10 +30,10 @@ from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import message as protobuf_message
 
 from rootcause_core.safe_text import MAX_DOCUMENT_BYTES
+from rootcause_core.timestamps import from_protobuf, to_protobuf
 
 #: Go's ``errorFileNotFoundErrorCode``'s sibling for a document without an error.
 ERROR_FILE_BAD_FORMAT = "ErrorFileBadFormat"
-_NS_PER_S = 1_000_000_000
 
 
 class UpstreamReadError(Exception):
@@ -66,8 +66,7 @@ class UpstreamPick:
         """The ``flyteidl.core.ExecutionError`` propeller would record (no ``error_uri``: Go sets none)."""
         error = execution_pb2.ExecutionError(code=self.code, message=self.message, kind=self.kind, worker=self.worker)
         if self.has_timestamp:
-            seconds, nanos = divmod(self.timestamp_ns, _NS_PER_S)
-            error.timestamp.seconds, error.timestamp.nanos = seconds, nanos
+            error.timestamp.CopyFrom(to_protobuf(self.timestamp_ns))
         return error
 
 
@@ -123,7 +122,7 @@ def read_upstream_document(fs: fsspec.AbstractFileSystem, path: str, max_payload
         message=error.message,
         kind=error.origin,
         worker=error.worker,
-        timestamp_ns=error.timestamp.seconds * _NS_PER_S + error.timestamp.nanos if has_timestamp else 0,
+        timestamp_ns=from_protobuf(error.timestamp) if has_timestamp else 0,
         has_timestamp=has_timestamp,
         is_recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
         error_path=path,

@@ -56,8 +56,18 @@ GLOO_VICTIM_PATTERNS: tuple[str, ...] = (
     "timed out waiting",
 )
 
-#: Signals the agent uses to end workers; a worker ended by one of these was torn down.
-TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SIGINT)})
+#: Signals the agent's teardown sends: SIGTERM (or SIGINT) first, SIGKILL after the grace period.
+TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SIGINT), int(signal.SIGKILL)})
+
+#: The teardown signals nothing else on a training node sends to a worker: a death by one of these is
+#: a teardown whenever it happened. (SIGKILL is also the OOM killer's and the node's signal, so a
+#: SIGKILL death is a teardown only if the worker was still alive when the teardown began.)
+TEARDOWN_ONLY_SIGNALS: frozenset[int] = TEARDOWN_SIGNALS - {int(signal.SIGKILL)}
+
+
+def is_teardown_signal(name: str | None) -> bool:
+    """True for the name (``SIGTERM``...) of a signal the agent's teardown sends."""
+    return name in {signal.Signals(number).name for number in TEARDOWN_SIGNALS}
 
 # The marker starts the report; flytekit's own formatting may put text before the report
 # ("Trace: ... Message: ... ElasticRootCauseError: USER:RuntimeError: error=[root cause] ..."),
@@ -116,7 +126,7 @@ def classify_role(
     """
     if terminated_by_agent:
         return Role.VICTIM
-    if signal_number is not None and signal_number in TEARDOWN_SIGNALS:
+    if signal_number is not None and signal_number in TEARDOWN_ONLY_SIGNALS:
         return Role.VICTIM
     marked = role_from_marker(message)
     if marked is not None:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from rootcause_core.ordering import OrderableFailure, Role
+from rootcause_core.timestamps import to_seconds
 
 ROOT_CAUSE = "root-cause"
 
@@ -37,7 +38,7 @@ def build_timeline(failures: Sequence[OrderableFailure], summaries: Sequence[str
     for index, failure in enumerate(failures):
         offset = None
         if failure.timestamp_ns is not None and origin is not None:
-            offset = (failure.timestamp_ns - origin) / 1e9
+            offset = to_seconds(failure.timestamp_ns - origin)
         role = ROOT_CAUSE if index == 0 else ("victim" if failure.role == Role.VICTIM else "candidate")
         summary = summaries[index] if summaries is not None else ""
         entries.append(TimelineEntry(failure_label(failure.worker, failure.global_rank), offset, role, summary))

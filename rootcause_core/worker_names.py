@@ -7,12 +7,14 @@ error file out of the output prefix (``/``, ``..``), hide it (a leading ``.``), 
 logs (control characters, unbounded length). Pod names are DNS labels, so ordinary names pass
 through unchanged and stay readable.
 
-Pure functions; the environment and host name are passed in, so tests need no process state.
+Pure functions; the environment and host name are passed in, so tests need no process state
+(:func:`current_worker_name` reads this process's, for callers that want exactly that).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 from collections.abc import Callable, Mapping
@@ -48,6 +50,11 @@ def raw_worker_name(environ: Mapping[str, str], hostname: Callable[[], str] = so
         if value:
             return value
     return hostname()
+
+
+def current_worker_name() -> str:
+    """This process's worker (pod) name, as :func:`raw_worker_name` finds it in its environment."""
+    return raw_worker_name(os.environ)
 
 
 def sanitize_worker_name(name: str, max_length: int = MAX_WORKER_NAME_LENGTH) -> str:

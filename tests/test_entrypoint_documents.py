@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.entrypoint.error_documents import (
     ErrorFilePolicy,
+    carried_root_cause,
     decide_policy,
     error_message,
     exact_error_timestamp,
-    root_cause_error,
-    timestamp_from_ns,
 )
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
+from rootcause_core.timestamps import to_protobuf
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
 
 
@@ -60,7 +60,7 @@ def test_only_no_strategy_and_no_config_is_flytekits_own_behaviour() -> None:
 
 @given(st.integers(min_value=0, max_value=2**62))
 def test_timestamps_keep_every_nanosecond(timestamp_ns: int) -> None:
-    stamp = timestamp_from_ns(timestamp_ns)
+    stamp = to_protobuf(timestamp_ns)
     assert stamp.seconds * 1_000_000_000 + stamp.nanos == timestamp_ns
     assert 0 <= stamp.nanos < 1_000_000_000
 
@@ -75,9 +75,9 @@ def test_root_cause_time_is_exact_where_flytekits_float_is_not() -> None:
 
 def test_root_cause_is_found_directly_or_inside_flytekits_user_error() -> None:
     error = ElasticRootCauseRecoverableError("[root cause] again", failures(recoverable=True))
-    assert root_cause_error(error) is error
-    assert root_cause_error(FlyteUserRuntimeException(error)) is error
-    assert exact_error_timestamp(FlyteUserRuntimeException(error)) == timestamp_from_ns(DEFAULT_TIMESTAMP_NS)
+    assert carried_root_cause(error) is error
+    assert carried_root_cause(FlyteUserRuntimeException(error)) is error
+    assert exact_error_timestamp(FlyteUserRuntimeException(error)) == to_protobuf(DEFAULT_TIMESTAMP_NS)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_root_cause_is_found_directly_or_inside_flytekits_user_error() -> None:
     [ValueError("x"), FlyteRecoverableException("x"), FlyteUserRuntimeException(ValueError("x")), None],
 )
 def test_other_errors_have_no_exact_time_and_keep_their_message(error: Exception | None) -> None:
-    assert root_cause_error(error) is None
+    assert carried_root_cause(error) is None
     assert exact_error_timestamp(error) is None
     assert error_message("Trace:\n...", error) == "Trace:\n..."
 

@@ -32,7 +32,7 @@ from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
 from flytekitplugins_rootcause.diagnosis.root_cause import root_cause_error
 from flytekitplugins_rootcause.diagnosis.selection import WorkerEvidence, rank_failures
 from flytekitplugins_rootcause.entrypoint.error_documents import last_resort_document, per_worker_file_name
-from flytekitplugins_rootcause.worker.recorder import build_error_file, read_error_file, worker_name
+from flytekitplugins_rootcause.worker.recorder import build_error_file, read_error_file
 from rootcause_core.safe_text import (
     MAX_DOCUMENT_BYTES,
     MAX_REPORT_BYTES,
@@ -40,7 +40,7 @@ from rootcause_core.safe_text import (
     safe_text,
     utf8_size,
 )
-from rootcause_core.worker_names import display_worker_name, raw_worker_name
+from rootcause_core.worker_names import current_worker_name, display_worker_name, raw_worker_name
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
 from tests.entrypoint_tasks.hostile import HUGE_HEAD, HUGE_TAIL
 from tests.object_stores import ObjectStore
@@ -107,7 +107,7 @@ def _pod_documents(error: BaseException, folder: Path, attempt_dir: Path) -> tup
         WorkerEvidence(LaunchedWorker(0, 0, 0, 0, 100, str(attempt_dir / "0" / "error.json")),
                        ProcessExit(100, TEARDOWN_NS + 1000, None, 15), None),
     ]
-    failures = rank_failures(evidence, teardown_ns=TEARDOWN_NS, worker=worker_name(), host="host-a")
+    failures = rank_failures(evidence, teardown_ns=TEARDOWN_NS, worker=current_worker_name(), host="host-a")
     assert failures[0].global_rank == 1
     worker = display_worker_name(raw_worker_name(os.environ))
     document = last_resort_document(root_cause_error(failures), worker)

@@ -50,6 +50,7 @@ from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, Laun
 from flytekitplugins_rootcause.diagnosis.root_cause import diagnose, root_cause_error
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_marker
+from rootcause_core.timestamps import from_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,6 @@ TORCH_EXIT_BARRIER_TIMEOUT_S = 300.0
 TORCH_RENDEZVOUS_JOIN_TIMEOUT_S = 600.0
 TORCH_RENDEZVOUS_LAST_CALL_TIMEOUT_S = 30.0
 
-_NS = 1_000_000_000
 
 
 def rendezvous_allowance_s(rdzv_configs: Mapping[str, Any] | None) -> float:
@@ -120,13 +120,13 @@ class AgentSnapshot:
 
 def hang_deadline_ns(snapshot: AgentSnapshot, settings: WatchdogSettings) -> int | None:
     """When the agent counts as hung, given what it is doing; ``None`` while nothing is expected of it."""
-    hang_ns = int(settings.hang_timeout_s * _NS)
+    hang_ns = from_seconds(settings.hang_timeout_s)
     if snapshot.workers == 0:
         return None  # first rendezvous: torch's own timeouts apply, and there is nothing to report
     if snapshot.rendezvous_since_ns is not None:
-        return snapshot.rendezvous_since_ns + int(settings.rendezvous_allowance_s * _NS) + hang_ns
+        return snapshot.rendezvous_since_ns + from_seconds(settings.rendezvous_allowance_s) + hang_ns
     if snapshot.exit_barrier_since_ns is not None:
-        return snapshot.exit_barrier_since_ns + int(settings.exit_barrier_allowance_s * _NS) + hang_ns
+        return snapshot.exit_barrier_since_ns + from_seconds(settings.exit_barrier_allowance_s) + hang_ns
     deadlines = []
     if snapshot.first_failure_ns is not None:
         deadlines.append(snapshot.first_failure_ns + hang_ns)

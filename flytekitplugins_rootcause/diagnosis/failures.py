@@ -6,6 +6,7 @@ import dataclasses
 import signal
 
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_core.timestamps import to_seconds
 
 
 def signal_name(number: int | None) -> str | None:
@@ -51,7 +52,7 @@ class WorkerFailure:
     @property
     def timestamp_s(self) -> float | None:
         """Seconds since the epoch as a float (what Flyte exceptions carry)."""
-        return None if self.timestamp_ns is None else self.timestamp_ns / 1e9
+        return None if self.timestamp_ns is None else to_seconds(self.timestamp_ns)
 
     def with_role(self, role: Role) -> WorkerFailure:
         return dataclasses.replace(self, role=role)

@@ -11,12 +11,11 @@ whole report fits propeller's message limit (``MAX_REPORT_BYTES``), so propeller
 
 from __future__ import annotations
 
-import datetime
 import textwrap
 
 from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure, signal_name
 from rootcause_core.ordering import Role
-from rootcause_core.roles import role_marker
+from rootcause_core.roles import is_teardown_signal, role_marker
 from rootcause_core.safe_text import (
     MAX_REPORT_BYTES,
     MAX_REPORT_TRACEBACK_BYTES,
@@ -24,6 +23,7 @@ from rootcause_core.safe_text import (
     first_line,
     safe_line,
 )
+from rootcause_core.timestamps import rfc3339_ns, to_seconds
 
 #: What a death by signal usually means on a training cluster, and what to check.
 SIGNAL_HINTS: dict[str, str] = {
@@ -33,7 +33,6 @@ SIGNAL_HINTS: dict[str, str] = {
     "SIGSEGV": "segmentation fault in native code (CUDA, a C extension); check the worker's stderr",
     "SIGBUS": "bus error: often /dev/shm too small for data loader workers; raise shared memory",
 }
-_TEARDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL")
 
 #: Exception class names that mean the GPU ran out of memory (in torch 2.13 ``torch.cuda.OutOfMemoryError`` is
 #: ``torch.OutOfMemoryError``), and message fragments of older or native variants.
@@ -68,9 +67,7 @@ def format_time(timestamp_ns: int | None) -> str:
     """RFC 3339 UTC with nanoseconds, or ``unknown time``."""
     if timestamp_ns is None:
         return "unknown time"
-    seconds, nanos = divmod(timestamp_ns, 1_000_000_000)
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{nanos:09d}Z"
+    return rfc3339_ns(timestamp_ns)
 
 
 def describe_ending(failure: WorkerFailure) -> str:
@@ -80,7 +77,7 @@ def describe_ending(failure: WorkerFailure) -> str:
         hint = oom_hint(failure.exception_type, failure.message)
         return ending + (f" ({hint})" if hint else "")
     if failure.signal_name:
-        if failure.role == Role.VICTIM and failure.signal_name in _TEARDOWN_SIGNALS:
+        if failure.role == Role.VICTIM and is_teardown_signal(failure.signal_name):
             return f"killed by {failure.signal_name} (the agent's teardown after another worker failed)"
         hint = SIGNAL_HINTS.get(failure.signal_name)
         return f"killed by {failure.signal_name}" + (f" ({hint})" if hint else "")
@@ -126,7 +123,7 @@ def format_agent_timeline(root_ns: int | None, noticed_ns: int | None, ended_ns:
     steps = [("noticed the failure", noticed_ns), ("survivors ended", ended_ns), ("reported", reported_ns)]
     if root_ns is None:
         return "Agent timeline: unknown (the root cause has no time)"
-    parts = [f"{name} {(moment - root_ns) / 1e9:+.3f} s" for name, moment in steps if moment is not None]
+    parts = [f"{name} {to_seconds(moment - root_ns):+.3f} s" for name, moment in steps if moment is not None]
     return "Agent timeline (after the root cause): " + ", ".join(parts)
 
 
@@ -149,7 +146,7 @@ def format_root_cause_message(failures: list[WorkerFailure]) -> str:
         for failure in others:
             delta = ""
             if failure.timestamp_ns is not None and root.timestamp_ns is not None:
-                delta = f" {(failure.timestamp_ns - root.timestamp_ns) / 1e9:+.3f} s"
+                delta = f" {to_seconds(failure.timestamp_ns - root.timestamp_ns):+.3f} s"
             lines.append(
                 f"  - {failure.role.value}: {describe_worker(failure)}{delta}: {describe_ending(failure)}"
             )

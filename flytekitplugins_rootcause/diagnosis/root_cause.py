@@ -18,13 +18,13 @@ from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.diagnosis.report import format_agent_timeline, format_root_cause_message
 from flytekitplugins_rootcause.diagnosis.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-from flytekitplugins_rootcause.worker.recorder import worker_name
+from rootcause_core.worker_names import current_worker_name
 
 
 def diagnose(observer: LaunchObserver, child_failed: Any = None) -> list[WorkerFailure]:
     """Every failure of the launch's last attempt, root cause first (empty when none failed)."""
     evidence, teardown_ns = gather_evidence(observer, child_failed)
-    return rank_failures(evidence, teardown_ns=teardown_ns, worker=worker_name(), host=socket.gethostname())
+    return rank_failures(evidence, teardown_ns=teardown_ns, worker=current_worker_name(), host=socket.gethostname())
 
 
 def root_cause_error(

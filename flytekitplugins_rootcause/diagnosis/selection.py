@@ -20,6 +20,7 @@ from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.worker.recorder import RecordedError
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_core.roles import classify_role
+from rootcause_core.timestamps import from_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,7 @@ def _failure_time(evidence: WorkerEvidence) -> tuple[int | None, TimeSource]:
     if evidence.exit is not None:
         return evidence.exit.exit_ns, TimeSource.OBSERVED
     if evidence.detection is not None and evidence.detection.timestamp_s is not None:
-        return evidence.detection.timestamp_s * 1_000_000_000, TimeSource.DETECTED
+        return from_seconds(evidence.detection.timestamp_s), TimeSource.DETECTED
     return None, TimeSource.UNKNOWN
 
 

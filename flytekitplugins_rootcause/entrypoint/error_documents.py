@@ -34,6 +34,7 @@ from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from rootcause_core.error_files import keyed_file_name, per_worker_stem
 from rootcause_core.roles import role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
+from rootcause_core.timestamps import to_protobuf
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -44,7 +45,6 @@ DIST_ERROR_STRATEGY_ENV_VARS: tuple[str, ...] = ("FLYTE_INTERNAL_DIST_ERROR_STRA
 #: The single error file every Flyte backend reads (and the only one without aggregation).
 SHARED_ERROR_FILE_NAME: str = ERROR_FILE_NAME
 
-_NANOS_PER_SECOND = 1_000_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +89,7 @@ def per_worker_file_name(worker: str, token: str, document: bytes) -> str:
     return keyed_file_name(per_worker_stem(worker, token), listing_key_for(document))
 
 
-def root_cause_error(exc: BaseException | None) -> RootCauseDetails | None:
+def carried_root_cause(exc: BaseException | None) -> RootCauseDetails | None:
     """The ``ElasticRootCause*Error`` behind ``exc``: itself, or the value a Flyte user error wraps."""
     if isinstance(exc, RootCauseDetails):
         return exc
@@ -98,18 +98,12 @@ def root_cause_error(exc: BaseException | None) -> RootCauseDetails | None:
     return None
 
 
-def timestamp_from_ns(timestamp_ns: int) -> Timestamp:
-    """An exact protobuf ``Timestamp`` (no float on the way, so no digit is lost)."""
-    seconds, nanos = divmod(timestamp_ns, _NANOS_PER_SECOND)
-    return Timestamp(seconds=seconds, nanos=nanos)
-
-
 def exact_error_timestamp(exc: BaseException | None) -> Timestamp | None:
     """The root cause's time at full precision, or ``None`` when ``exc`` carries none."""
-    error = root_cause_error(exc)
+    error = carried_root_cause(exc)
     if error is None or error.timestamp_ns is None:
         return None
-    return timestamp_from_ns(error.timestamp_ns)
+    return to_protobuf(error.timestamp_ns)
 
 
 def error_message(flytekit_message: str, exc: BaseException | None) -> str:
@@ -122,7 +116,7 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     gets one. Messages of other errors stay flytekit's. Either is made safe and bounded
     (``safe_text.bounded_text`` to ``MAX_REPORT_BYTES``).
     """
-    error = root_cause_error(exc)
+    error = carried_root_cause(exc)
     if error is None:
         return bounded_text(flytekit_message, MAX_REPORT_BYTES)
     report = error.report
@@ -144,7 +138,7 @@ def last_resort_document(exc: BaseException, worker: str) -> bytes:
     origin = execution_pb2.ExecutionError.SYSTEM if isinstance(exc, FlyteSystemException) else (
         execution_pb2.ExecutionError.USER
     )
-    timestamp = exact_error_timestamp(exc) or timestamp_from_ns(time.time_ns())
+    timestamp = exact_error_timestamp(exc) or to_protobuf(time.time_ns())
     code = exc.error_code if isinstance(exc, FlyteException) else "SYSTEM"
     report = getattr(exc, "report", None) or exception_summary(exc)
     document = errors_pb2.ErrorDocument(

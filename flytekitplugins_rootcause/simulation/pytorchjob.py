@@ -40,6 +40,7 @@ from flytekit.tools.translator import get_serializable
 from flytekitplugins_rootcause.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
 from flytekitplugins_rootcause.simulation.loopback import free_port
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
+from rootcause_core.timestamps import to_seconds
 
 #: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.
 _POD_CONTROLLED = (
@@ -134,7 +135,7 @@ class JobResult:
         """Seconds from the fault to the last pod's exit."""
         if self.fault_ns is None or not self.pods:
             return None
-        return (max(p.exited_ns for p in self.pods) - self.fault_ns) / 1e9
+        return to_seconds(max(p.exited_ns for p in self.pods) - self.fault_ns)
 
 
 def serialize(task: PythonTask) -> TaskTemplate:

@@ -18,7 +18,7 @@ from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, maybe_inject
-from flytekitplugins_rootcause.worker.recorder import worker_name
+from rootcause_core.worker_names import current_worker_name
 
 #: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
 COLLECTIVE_TIMEOUT_S = 20
@@ -37,7 +37,7 @@ def _record_placement(rank: int, pod: str, local_rank: int) -> None:
 def run_training(steps: int) -> float:
     """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'."""
     dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    rank, pod, local_rank = dist.get_rank(), worker_name(), int(os.environ["LOCAL_RANK"])
+    rank, pod, local_rank = dist.get_rank(), current_worker_name(), int(os.environ["LOCAL_RANK"])
     _record_placement(rank, pod, local_rank)
     dist.barrier()
     weights = torch.ones(64, 64)

@@ -40,11 +40,7 @@ from flytekitplugins_rootcause.straggler.samples import (
     round_times,
 )
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck, Workload
-
-
-def pod_name() -> str:
-    """The pod as Flyte names it (``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN``), else the host name."""
-    return os.environ.get("FLYTE_INTERNAL_WORKER_NAME") or os.environ.get("_F_WN") or socket.gethostname()
+from rootcause_core.worker_names import current_worker_name
 
 
 def current_identity() -> WorkerIdentity:
@@ -53,7 +49,7 @@ def current_identity() -> WorkerIdentity:
         rank=int(os.environ["RANK"]),
         local_rank=int(os.environ["LOCAL_RANK"]),
         node_rank=int(os.environ["GROUP_RANK"]),
-        pod=pod_name(),
+        pod=current_worker_name(),
         host=socket.gethostname(),
         hosts_rendezvous=agent_hosts_rendezvous(),
     )

@@ -38,6 +38,8 @@ from rootcause_core.safe_text import (
     safe_line,
     safe_text,
 )
+from rootcause_core.timestamps import NS_PER_S
+from rootcause_core.worker_names import current_worker_name
 
 #: The one key under which this plugin's fields live in a torchelastic error file.
 NAMESPACE = "rootcause"
@@ -46,18 +48,6 @@ FORMAT_VERSION = 1
 #: Name torch's own ``record`` writes to after ours has written the real error file (see
 #: ``RootCauseErrorHandler.record_exception``).
 TORCH_SHADOW_FILE_NAME = "torch-error.json"
-#: Worker name variables, as Flyte's backend plugins set them.
-WORKER_NAME_VARIABLES = ("FLYTE_INTERNAL_WORKER_NAME", "_F_WN")
-
-
-def worker_name() -> str:
-    """The pod/worker name Flyte's backend gave this process, else the host name."""
-    for variable in WORKER_NAME_VARIABLES:
-        value = os.environ.get(variable)
-        if value:
-            return value
-    return socket.gethostname()
-
 
 def _int_env(name: str) -> int | None:
     try:
@@ -134,7 +124,7 @@ def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
             "message": bounded_text(exception_summary(e), MAX_WORKER_TEXT_BYTES),
             "extraInfo": {
                 "py_callstack": bounded_text(format_traceback(e), MAX_WORKER_TEXT_BYTES),
-                "timestamp": str(timestamp_ns // 1_000_000_000),
+                "timestamp": str(timestamp_ns // NS_PER_S),
             },
         },
         NAMESPACE: {
@@ -147,7 +137,7 @@ def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
             "local_rank": _int_env("LOCAL_RANK"),
             "group_rank": _int_env("GROUP_RANK"),
             "host": safe_line(socket.gethostname()),
-            "worker": safe_line(worker_name()),
+            "worker": safe_line(current_worker_name()),
             "pid": os.getpid(),
         },
     }
