@@ -21,7 +21,7 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import error_file_of, wait_for
+from testbed.sync import error_file_of, wait_for
 
 
 def _rank() -> int:

@@ -64,7 +64,7 @@ def child_rootcause(endpoint: str, max_concurrency: int, call: str) -> dict[str,
     """``read_error``: propeller's call (the root cause; downloads only what can still win);
     ``read_all``: every failure, so every file is downloaded."""
     from backend_reader import RemoteFileOutputReader
-    from tests.reader_support import counting_downloads
+    from testbed.reader_support import counting_downloads
 
     reader = RemoteFileOutputReader(
         f"gs://{BUCKET}/{KEY_PREFIX}",
@@ -143,7 +143,7 @@ def write_data(folder: Path, size: int, names: str) -> None:
     """
     from backend_reader.documents import listing_key_for
     from rootcause_core.error_files import keyed_file_name
-    from tests.reader_support import error_document
+    from testbed.reader_support import error_document
 
     rng = random.Random(size)
     target = folder / BUCKET / KEY_PREFIX
@@ -161,7 +161,7 @@ def write_data(folder: Path, size: int, names: str) -> None:
 
 @contextlib.contextmanager
 def fake_gcs(data: Path, backend: str) -> Iterator[tuple[str, int]]:
-    from tests.object_stores import fake_gcs_binary, free_port
+    from testbed.object_stores import fake_gcs_binary, free_port
 
     port = free_port()
     cmd = [fake_gcs_binary(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
@@ -245,7 +245,7 @@ def measure(
     size: int, delay_ms: float, endpoint: str, server_pid: int, args: argparse.Namespace
 ) -> dict[str, dict[str, object]]:
     """Run the three readers once against the server, through a delaying proxy when asked."""
-    from tests.reader_support import LoopbackProxy
+    from testbed.reader_support import LoopbackProxy
 
     with contextlib.ExitStack() as stack:
         url = endpoint

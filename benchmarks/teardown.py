@@ -29,7 +29,7 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import wait_for
+from testbed.sync import wait_for
 
 _READY = "sigterm-ignored"
 _FAILED_AT = "failed-at-ns"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
+from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
 
 settings.register_profile("rootcause", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rootcause")

@@ -17,7 +17,7 @@ from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
 from rootcause_core.ordering import Role
-from tests.object_stores import ObjectStore
+from testbed.object_stores import ObjectStore
 from tests.timestamps import assert_sub_second
 
 pytestmark = pytest.mark.slow

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from flyteidl.core import errors_pb2
 
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import per_worker_name_pattern
 from tests.entrypoint_tasks.harness import REPO_ROOT, Run, command, list_names, new_prefixes, pod_env, read_bytes
-from tests.object_stores import ObjectStore
-from tests.reader_support import per_worker_name_pattern
 
 pytestmark = pytest.mark.slow
 

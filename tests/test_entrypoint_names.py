@@ -18,7 +18,7 @@ from rootcause_core.worker_names import (
     raw_worker_name,
     sanitize_worker_name,
 )
-from tests.reader_support import BASE_NS, error_document, per_worker_name_pattern
+from testbed.reader_support import BASE_NS, error_document, per_worker_name_pattern
 
 # Flyte's aggregating reader lists names starting with "error" and ending with ".pb".
 PER_WORKER_NAME = per_worker_name_pattern()

@@ -16,6 +16,8 @@ from flyteidl.core import errors_pb2, execution_pb2
 from flytekitplugins_rootcause.entrypoint.command import COMMAND_NAME, WRITE_FAILED_EXIT_CODE
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import per_worker_name_pattern
 from tests.entrypoint_tasks.harness import (
     FLYTEKIT_EXECUTE,
     Prefixes,
@@ -27,8 +29,6 @@ from tests.entrypoint_tasks.harness import (
     run_task,
 )
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS
-from tests.object_stores import ObjectStore
-from tests.reader_support import per_worker_name_pattern
 
 pytestmark = pytest.mark.slow
 

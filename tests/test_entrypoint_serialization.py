@@ -23,10 +23,10 @@ from flytekitplugins_rootcause.diagnosis.report import format_time
 from flytekitplugins_rootcause.entrypoint.command import execute_task_cmd
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import per_worker_name_pattern
 from tests.entrypoint_tasks import elastic, plain
 from tests.entrypoint_tasks.harness import BIN_DIR, REPO_ROOT, list_names, new_prefixes, pod_env, read_error
-from tests.object_stores import ObjectStore
-from tests.reader_support import per_worker_name_pattern
 
 SETTINGS = SerializationSettings(image_config=ImageConfig.auto_default_image(), project="p", domain="d", version="v1")
 FAST = (

@@ -22,8 +22,8 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
     store_for,
     write_error_documents,
 )
+from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import list_names, read_bytes
-from tests.object_stores import ObjectStore
 
 pytestmark = pytest.mark.slow
 

@@ -41,10 +41,10 @@ from rootcause_core.safe_text import (
     utf8_size,
 )
 from rootcause_core.worker_names import current_worker_name, display_worker_name, raw_worker_name
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import BASE_NS, error_document
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
 from tests.entrypoint_tasks.hostile import HUGE_HEAD, HUGE_TAIL
-from tests.object_stores import ObjectStore
-from tests.reader_support import BASE_NS, error_document
 
 ROOT_NS = BASE_NS + 123_456_789
 TEARDOWN_NS = ROOT_NS + 2_000_000

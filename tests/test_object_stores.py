@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.object_stores import ObjectStore
+from testbed.object_stores import ObjectStore
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from backend_reader.messages import TRUNCATION_INDICATOR
 from backend_reader.render import to_json_dict, to_proto_bytes
 from backend_reader.results import ERROR_FILE_BAD_FORMAT, ERROR_FILE_NOT_FOUND, ReadResult
 from backend_reader.storage import RetryPolicy, Storage, StorageError
-from tests.reader_support import BASE_NS, error_document
+from testbed.reader_support import BASE_NS, error_document
 
 PREFIX = "gs://bucket/out"
 

@@ -14,8 +14,8 @@ from flyteidl.core import execution_pb2
 
 from backend_reader.documents import listing_key_for
 from rootcause_core.error_files import keyed_file_name
-from tests.object_stores import ObjectStore
-from tests.reader_support import BASE_NS, error_document, write_files
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import BASE_NS, error_document, write_files
 
 pytestmark = pytest.mark.slow
 

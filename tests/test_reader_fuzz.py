@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend_reader import RemoteFileOutputReader
-from tests.reader_support import error_document
+from testbed.reader_support import error_document
 
 valid_documents = st.builds(
     error_document,

@@ -20,7 +20,7 @@ from backend_reader.documents import listing_key_for, parse_error_document
 from backend_reader.read_plan import RootCauseReadPlan
 from backend_reader.storage import ObjectInfo
 from rootcause_core.error_files import ListingKey, keyed_file_name, listing_key_of
-from tests.reader_support import BASE_NS, NS, counting_downloads, error_document
+from testbed.reader_support import BASE_NS, NS, counting_downloads, error_document
 
 UUID = "0123456789abcdef0123456789abcdef"
 

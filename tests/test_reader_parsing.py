@@ -15,7 +15,7 @@ from backend_reader.strategy import ErrorAggregationStrategy
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.safe_text import safe_line, safe_text
 from rootcause_core.timestamps import rfc3339_ns
-from tests.reader_support import BASE_NS, error_document
+from testbed.reader_support import BASE_NS, error_document
 
 URI = "gs://bucket/out/error-w-1.pb"
 

@@ -25,8 +25,8 @@ from backend_reader import (
 from backend_reader.documents import listing_key_for
 from backend_reader.results import ERROR_FILE_NOT_FOUND
 from rootcause_core.error_files import keyed_file_name
-from tests.object_stores import ObjectStore
-from tests.reader_support import (
+from testbed.object_stores import ObjectStore
+from testbed.reader_support import (
     BASE_NS,
     LoopbackProxy,
     error_document,

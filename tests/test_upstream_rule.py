@@ -9,7 +9,7 @@ import pytest
 from flyteidl.core import errors_pb2, execution_pb2
 
 from backend_reader.upstream_rule import ERROR_FILE_BAD_FORMAT, UpstreamReadError, earliest_error, list_error_files
-from tests.reader_support import BASE_NS, error_document
+from testbed.reader_support import BASE_NS, error_document
 
 
 def _write(folder: Path, files: dict[str, bytes]) -> str:

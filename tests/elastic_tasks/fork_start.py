@@ -15,7 +15,7 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import READY_FILE, touch, wait_for
+from testbed.sync import READY_FILE, touch, wait_for
 
 
 @task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, start_method="fork", teardown_grace_s=1.0))

@@ -18,7 +18,7 @@ from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import error_file_of, wait_for
+from testbed.sync import error_file_of, wait_for
 
 
 def _rank() -> int:

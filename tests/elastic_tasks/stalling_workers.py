@@ -21,7 +21,7 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import READY_FILE, touch, wait_for
+from testbed.sync import READY_FILE, touch, wait_for
 
 
 def _linger_ignoring_sigterm(marker_dir: str) -> int:

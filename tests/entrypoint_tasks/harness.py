@@ -19,7 +19,7 @@ from flyteidl.core import errors_pb2, literals_pb2
 from flytekit.models import literals
 
 from flytekitplugins_rootcause.simulation.pytorchjob import StoreAccess
-from tests.object_stores import ObjectStore
+from testbed.object_stores import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(sys.executable).parent

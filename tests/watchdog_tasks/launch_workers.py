@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from tests.watchdog_tasks.sync import READY_FILE, touch, wait_for
+from testbed.sync import READY_FILE, touch, wait_for
 
 
 def fail_while_peer_ignores_sigterm(marker_dir: str, failing_rank: int) -> None:

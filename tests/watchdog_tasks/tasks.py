@@ -14,7 +14,7 @@ import torch.distributed as dist
 from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
-from tests.watchdog_tasks.sync import READY_FILE, error_file_of, touch, wait_for
+from testbed.sync import READY_FILE, error_file_of, touch, wait_for
 
 #: Grace period of the teardown task; the test checks the victim lived at least this long.
 TEARDOWN_GRACE_S = 1.5
