@@ -51,7 +51,7 @@ class ElasticRootCause(Elastic):
 
     Args (in addition to ``Elastic``'s):
         monitor_interval: seconds between the agent's health checks (``Elastic``'s default is 5).
-        per_worker_error_files: write one ``error-<worker>-<uuid>.pb`` per pod (the patched
+        per_worker_error_files: write one ``error-<worker>-<uuid>.<listing key>.pb`` per pod (the patched
             entrypoint), even when the backend did not set ``FLYTE_INTERNAL_DIST_ERROR_STRATEGY``.
         error_pb_if_absent: also create ``error.pb`` only if no pod created it yet, so backends
             that read only ``error.pb`` see the earliest writer's error instead of the latest.

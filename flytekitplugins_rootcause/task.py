@@ -6,7 +6,7 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
    exception with a nanosecond time, ranks and host (kfpytorch pickles or calls whatever
    ``_task_function`` holds, on both start methods); the worker-side hooks (process settings,
    the straggler pre-check) run there first;
-2. the launch is observed (:mod:`launch_observer`): every worker pid is watched for its exact exit,
+2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker pid is watched for its exact exit,
    teardown start is noted, and teardown uses ``teardown_grace_s`` instead of torch's 30 s;
 3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
    unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;

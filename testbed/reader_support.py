@@ -59,7 +59,8 @@ def per_worker_name_pattern(worker: str = r"[A-Za-z0-9_.-]+") -> re.Pattern[str]
 
 
 def worker_file_name(worker: str) -> str:
-    """``error-<worker>-<uuid hex>.pb``, the plugin's per-worker name."""
+    """``error-<worker>-<uuid hex>.pb``: a per-worker name without a listing key (as older writers named it),
+    so the reader must download the file to learn its role and time."""
     return f"error-{worker}-{uuid.uuid4().hex}.pb"
 
 

@@ -6,7 +6,7 @@ because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execut
 ``_dispatch_execute``). Only the error document changes, and only for tasks that ask for it
 (:func:`flytekitplugins_rootcause.entrypoint.error_documents.decide_policy`):
 
-- named: staged under a private name, then written as ``error-<worker>-<uuid>.pb`` and/or created
+- named: staged under a private name, then written as ``error-<worker>-<uuid>.<listing key>.pb`` and/or created
   as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file with one
   store call, instead of riding along in flytekit's recursive engine-folder upload;
 - stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``

@@ -51,7 +51,7 @@ SHARED_ERROR_FILE_NAME: str = ERROR_FILE_NAME
 class ErrorFilePolicy:
     """Which error files a failing pod writes.
 
-    ``per_worker_files``: one ``error-<worker>-<uuid>.pb`` per pod (never overwritten).
+    ``per_worker_files``: one ``error-<worker>-<uuid>.<listing key>.pb`` per pod (never overwritten).
     ``error_pb_if_absent``: also create ``error.pb`` unless a pod already did, so backends that read
     only ``error.pb`` see the first writer's error rather than the last one's.
     Neither: flytekit's own behaviour, untouched (one ``error.pb``, last writer wins).
