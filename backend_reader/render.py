@@ -1,7 +1,7 @@
 """Turn a :class:`ReadResult` into the reader's output formats: JSON (stable, for scripts), a rich
 table (for people) and the serialized ``ExecutionError`` (for a Go caller).
 
-The JSON shape is part of the interface (``../shared/DESIGN.md``, "Reader output"): change it
+The JSON shape is part of the interface (``docs/design.md``, "Formats"): change it
 only together with that page.
 """
 

@@ -23,7 +23,7 @@ _EXPORTS = {
     "ElasticRootCauseError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseRecoverableError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
-    "WorkerFailure": "flytekitplugins_rootcause.diagnosis.failures",
+    "WorkerFailure": "flytekitplugins_rootcause.agent.diagnosis.failures",
     "StragglerCheck": "flytekitplugins_rootcause.straggler.settings",
     "StragglerDetectedError": "flytekitplugins_rootcause.straggler.errors",
     "StragglerPrecheck": "flytekitplugins_rootcause.straggler.task",
@@ -43,8 +43,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
     from flytekitplugins_rootcause.config import ElasticRootCause
-    from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
     from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
     from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
     from flytekitplugins_rootcause.straggler.report import StragglerReport

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 
 
 class RootCauseDetails:

@@ -6,8 +6,8 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
    exception with a nanosecond time, ranks and host (kfpytorch pickles or calls whatever
    ``_task_function`` holds, on both start methods); the worker-side hooks (process settings,
    the straggler pre-check) run there first;
-2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker pid is watched for its exact exit,
-   teardown start is noted, and teardown uses ``teardown_grace_s`` instead of torch's 30 s;
+2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker pid is
+   watched for its exact exit, teardown start is noted, and teardown uses ``teardown_grace_s`` instead of torch's 30 s;
 3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
    unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;
 4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
@@ -29,12 +29,12 @@ from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
+from flytekitplugins_rootcause.agent.diagnosis.deck import publish_timeline_deck
+from flytekitplugins_rootcause.agent.diagnosis.root_cause import agent_timeline, diagnose, root_cause_error
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.diagnosis.deck import publish_timeline_deck
-from flytekitplugins_rootcause.diagnosis.root_cause import agent_timeline, diagnose, root_cause_error
 from flytekitplugins_rootcause.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,

@@ -5,7 +5,7 @@ failures of the workers in its pod, and ``backend_reader`` orders the error file
 lives in ``backend_reader`` because that package must not depend on flytekit or torch, and it is
 pure (no I/O, no clocks) so the same inputs always give the same answer.
 
-The rule (``../shared/DESIGN.md``, strategy ``earliest`` made robust):
+The rule (``docs/design.md``, strategy ``earliest`` made robust):
 
 1. root-cause candidates before victims (a victim died *because* another worker failed: it was
    torn down by the agent, or a collective failed because a peer left);

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 import traceback
 
-#: Size past which this plugin's agent refuses to read a worker's error file (``flytekitplugins_rootcause.worker.recorder``);
-#: the worker sizes its file to stay below it, whatever the exception holds.
+#: Size past which this plugin's agent refuses to read a worker's error file (the plugin's worker
+#: recorder); the worker sizes its file to stay below it, whatever the exception holds.
 MAX_WORKER_ERROR_FILE_BYTES = 4 * 1024 * 1024
 #: Each of the worker error file's two texts (message, traceback), in UTF-8. JSON with
 #: ``ensure_ascii`` writes a character in at most 3x its UTF-8 size once :func:`safe_text` removed

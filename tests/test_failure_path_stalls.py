@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from flytekitplugins_rootcause.agent.diagnosis.selection import EXITED_WITHOUT_RESULT
 from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
-from flytekitplugins_rootcause.diagnosis.selection import EXITED_WITHOUT_RESULT
 from rootcause_core.ordering import Role, TimeSource
 from tests.elastic_tasks import stalling_workers
 from tests.test_elastic_rootcause_launch import _root_cause_error

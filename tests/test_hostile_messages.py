@@ -28,9 +28,9 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.diagnosis.root_cause import root_cause_error
+from flytekitplugins_rootcause.agent.diagnosis.selection import WorkerEvidence, rank_failures
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.diagnosis.root_cause import root_cause_error
-from flytekitplugins_rootcause.diagnosis.selection import WorkerEvidence, rank_failures
 from flytekitplugins_rootcause.entrypoint.error_documents import last_resort_document, per_worker_file_name
 from flytekitplugins_rootcause.worker.recorder import build_error_file, read_error_file
 from rootcause_core.safe_text import (

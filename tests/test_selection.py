@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 
 from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.diagnosis.report import format_root_cause_message, format_time
+from flytekitplugins_rootcause.agent.diagnosis.selection import Detection, WorkerEvidence, is_recoverable, rank_failures
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.diagnosis.report import format_root_cause_message, format_time
-from flytekitplugins_rootcause.diagnosis.selection import Detection, WorkerEvidence, is_recoverable, rank_failures
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from flytekitplugins_rootcause.task import root_cause_error
 from flytekitplugins_rootcause.worker.recorder import RecordedError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import signal
 from html.parser import HTMLParser
 
-from flytekitplugins_rootcause.diagnosis.deck import timeline_html
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.deck import timeline_html
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.timeline import ROOT_CAUSE, build_timeline, span_s, text_bar
 

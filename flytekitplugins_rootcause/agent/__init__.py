@@ -7,7 +7,7 @@
 - :mod:`.failure_sink`: where the watchdog hands a last-resort error to the entrypoint;
 - :mod:`.torch_log_format`: keeps torch's log formatter from importing the compiler on a failure.
 
-May import: the shared core, torch, :mod:`flytekitplugins_rootcause.diagnosis` (the watchdog
+May import: the shared core, torch, :mod:`flytekitplugins_rootcause.agent.diagnosis` (the watchdog
 diagnoses before it ends a launch) and :mod:`flytekitplugins_rootcause.upstream` (every patch of
 torch internals). Never the entrypoint package.
 """

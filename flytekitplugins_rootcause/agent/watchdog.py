@@ -45,9 +45,9 @@ from typing import Any
 from flytekit.exceptions.system import FlyteSystemException
 
 from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.diagnosis.root_cause import diagnose, root_cause_error
 from flytekitplugins_rootcause.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, LaunchObserver
-from flytekitplugins_rootcause.diagnosis.root_cause import diagnose, root_cause_error
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_marker
 from rootcause_core.timestamps import from_seconds

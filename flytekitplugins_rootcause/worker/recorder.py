@@ -78,7 +78,8 @@ def write_complete(path: str, text: str) -> None:
     """Write ``text`` so that ``path`` appears only complete (a temporary sibling, then a rename).
 
     The agent takes an error file that exists as the worker's committed failure and may tear the
-    worker down at once (:mod:`flytekitplugins_rootcause.agent.launch_observer`); a half-written file would lose the message. Like
+    worker down at once (:mod:`flytekitplugins_rootcause.agent.launch_observer`); a half-written file
+    would lose the message. Like
     torch's own writer, a failure to write only warns: the worker is failing already.
     """
     temporary = f"{path}.{os.getpid()}.tmp"

@@ -11,7 +11,7 @@ import os
 import signal
 from pathlib import Path
 
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.ordering import Role, TimeSource
 

@@ -12,11 +12,11 @@ import socket
 import time
 from typing import Any
 
+from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.report import format_agent_timeline, format_root_cause_message
+from flytekitplugins_rootcause.agent.diagnosis.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
-from flytekitplugins_rootcause.diagnosis.evidence import gather_evidence
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
-from flytekitplugins_rootcause.diagnosis.report import format_agent_timeline, format_root_cause_message
-from flytekitplugins_rootcause.diagnosis.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.worker_names import current_worker_name
 

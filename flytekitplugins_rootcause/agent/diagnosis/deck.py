@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
-from flytekitplugins_rootcause.diagnosis.report import describe_ending, format_time
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.report import describe_ending, format_time
 from rootcause_core.safe_text import safe_text
 from rootcause_core.timeline import ROOT_CAUSE, TimelineEntry, build_timeline, format_offset, span_s
 

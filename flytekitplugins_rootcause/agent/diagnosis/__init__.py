@@ -7,6 +7,7 @@ ranks them with the shared rule -> :mod:`.root_cause` picks the root cause and b
 :mod:`.report`'s text; :mod:`.deck` draws the same failures as a Flyte Deck timeline.
 
 May import: the shared core, :mod:`flytekitplugins_rootcause.worker.recorder` (to read its files),
-:mod:`flytekitplugins_rootcause.agent` data types. Pure where it can be: ranking and report text
-are tested without processes.
+the agent's observers (:mod:`..launch_observer`, :mod:`..death_watcher`: what they saw) and
+:mod:`flytekitplugins_rootcause.exceptions`. Pure where it can be: ranking and report text are tested
+without processes.
 """

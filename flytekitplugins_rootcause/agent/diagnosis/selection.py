@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.worker.recorder import RecordedError
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_core.roles import classify_role

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import textwrap
 
-from flytekitplugins_rootcause.diagnosis.failures import WorkerFailure, signal_name
+from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure, signal_name
 from rootcause_core.ordering import Role
 from rootcause_core.roles import is_teardown_signal, role_marker
 from rootcause_core.safe_text import (

@@ -12,8 +12,8 @@ from typing import Any
 
 from flytekitplugins.kfpytorch.error_handling import RECOVERABLE_ERROR_FILE_NAME
 
+from flytekitplugins_rootcause.agent.diagnosis.selection import Detection, WorkerEvidence
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
-from flytekitplugins_rootcause.diagnosis.selection import Detection, WorkerEvidence
 from flytekitplugins_rootcause.worker.recorder import read_error_file
 
 
