@@ -38,7 +38,7 @@ def _main(launches: int) -> None:
     import tempfile
 
     from tests.elastic_tasks import fork_start
-    from tests.test_elastic_rootcause_launch import find_root_cause_error
+    from tests.elastic_tasks.errors import find_root_cause_error
 
     logging.disable(logging.CRITICAL)
     for _ in range(launches):

@@ -33,7 +33,7 @@ from flytekitplugins_rootcause.straggler.actions import Step, plan_action
 from flytekitplugins_rootcause.straggler.deck import render_html
 from flytekitplugins_rootcause.straggler.rendezvous_host import endpoint_port, process_listens_on
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
 
 

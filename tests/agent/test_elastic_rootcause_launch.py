@@ -12,35 +12,18 @@ import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from flytekitplugins_rootcause import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.ordering import Role, TimeSource
 from tests.elastic_tasks import scenarios
+from tests.elastic_tasks.errors import root_cause_error_of
 from tests.timestamps import assert_sub_second
 
 pytestmark = pytest.mark.slow
 
 
-def find_root_cause_error(exc: BaseException) -> ElasticRootCauseError | None:
-    """flytekit's local execution wraps task errors; find ours in the chain."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ElasticRootCauseError | ElasticRootCauseRecoverableError):
-            return seen  # type: ignore[return-value]
-        seen = seen.__cause__ or seen.__context__ or getattr(seen, "value", None)
-    return None
-
-
-def _root_cause_error(excinfo: pytest.ExceptionInfo[BaseException]) -> ElasticRootCauseError:
-    error = find_root_cause_error(excinfo.value)
-    if error is None:
-        raise AssertionError(f"no root-cause error in {excinfo.value!r}")
-    return error
-
-
 def test_raising_rank_is_the_root_cause_and_survivors_are_victims() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.rank_raises(k=2)
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     root = error.root_cause
     assert (root.global_rank, root.role, root.time_source) == (2, Role.CANDIDATE, TimeSource.RECORDED)
     assert root.exception_type == "builtins.ValueError"
@@ -66,16 +49,16 @@ def test_raising_rank_is_the_root_cause_and_survivors_are_victims() -> None:
 def test_sigkilled_rank_gets_its_observed_death_time() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.rank_sigkills_itself(k=1)
-    root = _root_cause_error(excinfo).root_cause
+    root = root_cause_error_of(excinfo).root_cause
     assert (root.global_rank, root.signal_name, root.role) == (1, "SIGKILL", Role.CANDIDATE)
     assert root.time_source == TimeSource.OBSERVED
-    assert "OOM killer" in _root_cause_error(excinfo).report.splitlines()[0]
+    assert "OOM killer" in root_cause_error_of(excinfo).report.splitlines()[0]
 
 
 def test_aborting_rank_is_reported_with_sigabrt() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.rank_aborts(k=0)
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     root = error.root_cause
     assert (root.global_rank, root.signal_number, root.role) == (0, int(signal.SIGABRT), Role.CANDIDATE)
     assert root.time_source == TimeSource.OBSERVED
@@ -85,7 +68,7 @@ def test_aborting_rank_is_reported_with_sigabrt() -> None:
 def test_sub_second_ordering_of_two_independent_errors() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.two_raise_50ms_apart(first=2, second=1)
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     first = error.failures[0]
     [second] = [failure for failure in error.failures if failure.global_rank == 1]
     # rank 1 raised only after rank 2's error was on disk: rank 2 is first however slow the machine
@@ -101,7 +84,7 @@ def test_sub_second_ordering_of_two_independent_errors() -> None:
 def test_killed_rank_beats_the_later_collective_error_of_its_peer() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.killed_then_collective_error(k=0, j=1)
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     root, peer = error.failures[0], error.failures[1]
     assert (root.global_rank, root.signal_name, root.role) == (0, "SIGKILL", Role.CANDIDATE)
     assert peer.global_rank == 1 and peer.role == Role.VICTIM
@@ -112,7 +95,7 @@ def test_killed_rank_beats_the_later_collective_error_of_its_peer() -> None:
 def test_recoverable_exception_gives_flyte_recoverable_error() -> None:
     with pytest.raises(Exception) as excinfo:
         scenarios.rank_raises_recoverable(k=1)
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     assert isinstance(error, FlyteRecoverableException)
     assert error.root_cause.recoverable and error.root_cause.global_rank == 1
     assert "spot capacity lost on rank 1" in error.report.splitlines()[0]

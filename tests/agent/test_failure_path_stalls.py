@@ -19,7 +19,7 @@ from flytekitplugins_rootcause.agent.diagnosis.selection import EXITED_WITHOUT_R
 from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from rootcause_core.ordering import Role, TimeSource
 from tests.elastic_tasks import stalling_workers
-from tests.test_elastic_rootcause_launch import _root_cause_error
+from tests.elastic_tasks.errors import root_cause_error_of
 from tests.watchdog_tasks.agent_process import agent_process
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ TIMEOUT_S = 240
 def test_a_worker_exiting_0_before_returning_is_the_root_cause(tmp_path: Path) -> None:
     with pytest.raises(Exception) as excinfo:
         stalling_workers.rank_1_exits_0_early(marker_dir=str(tmp_path))
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     root = error.root_cause
     assert (root.global_rank, root.role, root.exitcode) == (1, Role.CANDIDATE, 0)
     assert root.time_source == TimeSource.OBSERVED
@@ -46,7 +46,7 @@ def test_a_recorded_failure_ends_the_launch_though_its_process_never_exits(tmp_p
     this test's own process after ``agent_hang_timeout_s``)."""
     with pytest.raises(Exception) as excinfo:
         stalling_workers.rank_1_raises_but_never_exits(marker_dir=str(tmp_path))
-    error = _root_cause_error(excinfo)
+    error = root_cause_error_of(excinfo)
     root = error.root_cause
     assert (root.global_rank, root.role, root.time_source) == (1, Role.CANDIDATE, TimeSource.RECORDED)
     assert root.exception_type == "builtins.ValueError"

@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHES = 4
 
 
