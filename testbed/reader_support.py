@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import socket
 import struct
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import fsspec
@@ -113,20 +114,46 @@ def counting_downloads() -> Iterator[list[str]]:
         Storage.read = original  # type: ignore[method-assign]
 
 
+#: The first line of an HTTP/1.x request: method, target, version.
+_REQUEST_LINE = re.compile(rb"^([A-Z]+) (\S+) HTTP/1\.[01]$")
+
+
 class LoopbackProxy:
     """A TCP proxy on 127.0.0.1 in front of a loopback server, run in its own thread and loop.
 
-    ``delay_s`` is added before every chunk the client sends (one HTTP request is one chunk, so
-    every request pays it, like a store tens of ms away); ``reset_first`` connections are reset
-    right after they are accepted, like a flaky network. Used by the reader tests and benchmark.
+    It puts real network faults between a client library and a real store, where the client's
+    own code (retries, error translation) meets them exactly as in production:
+
+    - ``delay_s`` is added before every chunk the client sends (one HTTP request is one chunk, so
+      every request pays it, like a store tens of ms away);
+    - ``reset_first`` connections are reset (RST) right after they are accepted, like a flaky network;
+    - ``requests`` records the request line (``"GET /path?query HTTP/1.1"``) of every request that
+      reached the proxy, in order, so a test counts what a reader asked the store for;
+    - ``on_request(request_line)``, when given, runs in a worker thread *before* that request goes
+      on to the store, while the client waits for its answer: it may change the real store at that
+      moment (write or delete an object), and it may return a complete HTTP response (see
+      :func:`http_response`), which the client gets instead of the store's (its head alone for a
+      HEAD); that connection then closes.
+
+    The request line is read from the start of a chunk: clients on loopback send a request's head
+    in one write, so this holds for the stores' client libraries used here (gcsfs, s3fs).
     """
 
-    def __init__(self, upstream_port: int, *, delay_s: float = 0.0, reset_first: int = 0) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        delay_s: float = 0.0,
+        reset_first: int = 0,
+        on_request: Callable[[str], bytes | None] | None = None,
+    ) -> None:
         self.upstream_port = upstream_port
         self.delay_s = delay_s
         self.reset_first = reset_first
+        self.on_request = on_request
         self.connections = 0
         self.resets = 0
+        self.requests: list[str] = []
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -173,22 +200,83 @@ class LoopbackProxy:
             client_writer.transport.abort()
             return
         await asyncio.gather(
-            self._pump(client_reader, upstream_writer, self.delay_s),
-            self._pump(upstream_reader, client_writer, 0.0),
+            self._forward_requests(client_reader, client_writer, upstream_writer),
+            self._pump(upstream_reader, client_writer),
         )
 
+    async def _forward_requests(
+        self,
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+        upstream_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Client to store: record each request line, let ``on_request`` act or answer, delay, send on."""
+        try:
+            while data := await client_reader.read(65536):
+                match = _REQUEST_LINE.match(data.split(b"\r\n", 1)[0])
+                if match is not None:
+                    line = match.group(0).decode("latin-1")
+                    self.requests.append(line)
+                    if self.on_request is not None:
+                        answer = await asyncio.to_thread(self.on_request, line)
+                        if answer is not None:
+                            if match.group(1) == b"HEAD":  # a HEAD's answer is its head alone (RFC 9110)
+                                answer = answer.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+                            client_writer.write(answer)
+                            await client_writer.drain()
+                            break  # answered here; closing upstream ends the other direction too
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                upstream_writer.write(data)
+                await upstream_writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            upstream_writer.close()
+
     @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
-                if delay_s:
-                    await asyncio.sleep(delay_s)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
             pass
         finally:
             writer.close()
+
+
+def http_response(status: int, reason: str, body: bytes, content_type: str) -> bytes:
+    """A complete HTTP/1.1 response that closes its connection, for ``LoopbackProxy.on_request``."""
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def access_denied_response(protocol: str) -> bytes:
+    """What GCS (JSON API) or S3 answer a caller without read permission: HTTP 403 with the
+    store's own error body, so the client library raises what it raises against the real store."""
+    if protocol in ("gs", "gcs"):
+        error = {"code": 403, "message": "caller does not have storage.objects.get access", "errors": []}
+        return http_response(403, "Forbidden", json.dumps({"error": error}).encode(), "application/json")
+    if protocol in ("s3", "s3a"):
+        body = (
+            b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+            b"<Message>Access Denied</Message><RequestId>0</RequestId></Error>"
+        )
+        return http_response(403, "Forbidden", body, "application/xml")
+    raise ValueError(f"no access-denied response for {protocol!r}")
+
+
+def is_listing_request(request_line: str) -> bool:
+    """True for an object listing: GCS ``GET /storage/v1/b/<bucket>/o?...``, S3 ``GET /<bucket>?list-type=2...``."""
+    method, target, _ = request_line.split(" ", 2)
+    path, _, query = target.partition("?")
+    if method != "GET":
+        return False
+    return path.rstrip("/").endswith("/o") or "list-type=2" in query.split("&")
 
 
 def store_port(storage_options: dict[str, Any]) -> int:

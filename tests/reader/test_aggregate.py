@@ -1,12 +1,11 @@
 """Pure tests: ordering error files into a result, the error.pb copy, bounded messages, the
-made-up errors, the JSON shape, and the retry loop."""
+made-up errors and the JSON shape. The storage retry loop meets real network faults in
+``test_reader_stores.py``."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 
-import pytest
 from flyteidl.core import execution_pb2
 
 from backend_reader.aggregate import Collector
@@ -14,7 +13,6 @@ from backend_reader.documents import FailureRecord, SkippedFile, parse_error_doc
 from backend_reader.messages import TRUNCATION_INDICATOR
 from backend_reader.render import to_json_dict, to_proto_bytes
 from backend_reader.results import ERROR_FILE_BAD_FORMAT, ERROR_FILE_NOT_FOUND, ReadResult
-from backend_reader.storage import RetryPolicy, Storage, StorageError
 from testbed.reader_support import BASE_NS, error_document
 
 PREFIX = "gs://bucket/out"
@@ -115,29 +113,3 @@ def test_json_shape() -> None:
     assert shape["failures"][3]["timestamp"] is None
     assert shape["skipped"] == [{"error_uri": f"{PREFIX}/error-x.pb", "reason": "empty file"}]
     assert to_json_dict(collect([])) == {"is_error": False, "error": None, "failures": [], "skipped": []}
-
-
-def test_retry_loop_retries_transient_errors_then_gives_up_clearly() -> None:
-    storage = Storage("file", retry=RetryPolicy(attempts=3, base_delay_s=0.001))
-    calls: list[int] = []
-
-    async def flaky() -> str:
-        calls.append(1)
-        if len(calls) < 3:
-            raise ConnectionResetError("connection reset by peer")
-        return "ok"
-
-    assert asyncio.run(storage._call("reading", "file:///x", flaky)) == "ok"
-    assert len(calls) == 3
-
-    async def down() -> str:
-        raise ConnectionRefusedError("connection refused")
-
-    with pytest.raises(StorageError, match=r"reading file:///x failed after 3 attempts: connection refused"):
-        asyncio.run(storage._call("reading", "file:///x", down))
-
-    async def forbidden() -> str:
-        raise PermissionError("Forbidden")
-
-    with pytest.raises(StorageError, match="permission denied reading file:///x"):
-        asyncio.run(storage._call("reading", "file:///x", forbidden))

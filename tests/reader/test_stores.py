@@ -6,7 +6,6 @@ import asyncio
 import json
 import random
 import re
-import threading
 import time
 import urllib.request
 from typing import Any
@@ -24,12 +23,16 @@ from backend_reader import (
 )
 from backend_reader.documents import listing_key_for
 from backend_reader.results import ERROR_FILE_NOT_FOUND
+from backend_reader.storage import RetryPolicy, Storage
+from flytekitplugins_rootcause.simulation.loopback import free_port
 from rootcause_core.error_files import keyed_file_name
 from testbed.object_stores import ObjectStore
 from testbed.reader_support import (
     BASE_NS,
     LoopbackProxy,
+    access_denied_response,
     error_document,
+    is_listing_request,
     store_port,
     worker_file_name,
     write_files,
@@ -228,38 +231,34 @@ def test_outputs_exist_read_and_size_limit(any_store: ObjectStore) -> None:
     assert outputs is None and error is not None and error.execution_error.code == "No outputs produced"
 
 
-def test_late_file_is_waited_for(file_store: ObjectStore) -> None:
-    """The third file lands only after the reader has listed two: it must wait for it and use it."""
-    prefix = file_store.new_prefix("late")
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_late_file_is_waited_for(kind: str, request: pytest.FixtureRequest) -> None:
+    """The third file lands only after the reader has listed two: it must list again and use it.
+
+    The store is reached through a proxy that sees every request: the late file is written to the
+    store when the reader's second listing arrives, so the first listing cannot have seen it, and a
+    reader that did not wait would never make that second listing nor find the file.
+    """
+    store: ObjectStore = request.getfixturevalue(f"{kind}_store")
+    prefix = store.new_prefix("late")
     early = [(f"{prefix}/{worker_file_name(w)}", error_document("[victim] SIGTERM", worker=w)) for w in ("a", "b")]
-    write_files("file", {}, early)
+    write_files(store.protocol, store.storage_options, early)
     late = (f"{prefix}/{worker_file_name('c')}", error_document("[root cause] slow pod", worker="c"))
-    # the late file ends the wait as soon as it lands; the timeout only bounds a broken test
-    r = reader(file_store, prefix, expected_workers=3, settle_timeout=120)
-    listings: list[int] = []
-    first_listing_done = threading.Event()
-    list_error_files = r._list_error_files
+    listings: list[str] = []
 
-    async def counting_listing(storage: Any) -> Any:
-        listed = await list_error_files(storage)
-        listings.append(len(listed))
-        first_listing_done.set()
-        return listed
+    def on_request(request_line: str) -> None:
+        if is_listing_request(request_line):
+            listings.append(request_line)
+            if len(listings) == 2:  # the pod that was slow to fail writes its file now
+                write_files(store.protocol, store.storage_options, [late])
 
-    r._list_error_files = counting_listing  # type: ignore[method-assign]
-
-    def write_late() -> None:
-        if first_listing_done.wait(120):
-            write_files("file", {}, [late])
-
-    writer = threading.Thread(target=write_late)
-    writer.start()
-    try:
+    with LoopbackProxy(store_port(store.storage_options), on_request=on_request) as proxy:
+        options = {**store.storage_options, "endpoint_url": proxy.url}
+        # the late file ends the wait as soon as it lands; the timeout only bounds a broken test
+        r = RemoteFileOutputReader(prefix, storage_options=options, expected_workers=3, settle_timeout=120)
         result = r.read_all()
-    finally:
-        first_listing_done.set()
-        writer.join()
-    assert listings[0] == 2 and listings[-1] == 3  # it saw two, waited, and listed again
+    assert len(listings) == 2  # it saw two, waited, listed again, and stopped once three were there
+    assert sorted(f.worker for f in result.failures) == ["a", "b", "c"]
     assert result.root_cause is not None and result.root_cause.worker == "c"
 
 
@@ -298,23 +297,34 @@ def test_connection_resets_are_retried(kind: str, request: pytest.FixtureRequest
     assert sorted(f.worker for f in result.failures) == ["w0", "w1", "w2"]
 
 
-def test_a_file_deleted_after_listing_is_skipped_not_fatal(file_store: ObjectStore) -> None:
-    """Files vanish (retention, a retried attempt cleaning up): the others are still read."""
-    prefix = file_store.new_prefix("vanish")
-    keep = f"{prefix}/{worker_file_name('keep')}"
-    write_files("file", {}, [(keep, error_document(worker="keep"))])
-    r = reader(file_store, prefix)
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_a_file_deleted_after_listing_is_skipped_not_fatal(kind: str, request: pytest.FixtureRequest) -> None:
+    """Files vanish (retention, a retried attempt cleaning up): the others are still read.
 
-    async def run() -> Any:
-        async with r._storage() as storage:
-            listed = await r._list_error_files(storage)
-            gone = f"{prefix}/error-gone-1.pb"
-            listed.append((gone, type(listed[0][1])(path=gone, name="error-gone-1.pb", size=10)))
-            return await r._read_listed(storage, listed)
+    Both files are in the store when the reader lists them; the proxy deletes one from the store
+    when the reader's download of it arrives, just before the store answers that download.
+    """
+    store: ObjectStore = request.getfixturevalue(f"{kind}_store")
+    prefix = store.new_prefix("vanish")
+    keep, gone_name = f"{prefix}/{worker_file_name('keep')}", worker_file_name("gone")
+    gone = f"{prefix}/{gone_name}"
+    write_files(
+        store.protocol, store.storage_options, [(keep, error_document(worker="keep")), (gone, error_document())]
+    )
+    deleted: list[str] = []
 
-    result = asyncio.run(run())
+    def on_request(request_line: str) -> None:
+        if gone_name in request_line and not is_listing_request(request_line) and not deleted:
+            store.filesystem().rm(gone)
+            deleted.append(request_line)
+
+    with LoopbackProxy(store_port(store.storage_options), on_request=on_request) as proxy:
+        result = RemoteFileOutputReader(
+            prefix, storage_options={**store.storage_options, "endpoint_url": proxy.url}
+        ).read_all()
+    assert len(deleted) == 1  # the listing named the file, and the reader went to download it
     assert [f.worker for f in result.failures] == ["keep"]
-    assert [s.reason for s in result.skipped] == ["deleted between listing and reading"]
+    assert [(s.error_uri, s.reason) for s in result.skipped] == [(gone, "deleted between listing and reading")]
 
 
 def test_every_message_in_a_result_is_valid_text(any_store: ObjectStore) -> None:
@@ -323,3 +333,85 @@ def test_every_message_in_a_result_is_valid_text(any_store: ObjectStore) -> None
     write_files(any_store.protocol, any_store.storage_options, [(f"{prefix}/error-a-1.pb", error_document(long))])
     message = reader(any_store, prefix).read_error().execution_error.message
     assert re.search("<Message Truncated>", message) and len(message.encode()) < 110_000
+
+
+# Retries. gcsfs and s3fs retry transient errors themselves, so by default the reader adds none of
+# its own for them (``default_retry_policy``); its RetryPolicy is what every other fsspec store
+# relies on. To meet it with real network faults, S3 is read with botocore's retries turned off:
+# s3fs does not retry a failed connection itself, and aiohttp resends an idempotent request at
+# most once, so whatever rides out more than one reset in a row is the reader's own loop.
+NO_CLIENT_RETRIES = {"config_kwargs": {"retries": {"total_max_attempts": 1}}}
+OUR_RETRIES = RetryPolicy(attempts=3, base_delay_s=0.001)
+
+
+def storage_call(url: str, options: dict[str, Any], retry: RetryPolicy, call: str) -> Any:
+    """One public ``Storage`` call on ``url`` (``read``, ``list_folder`` of its folder, or ``size``)."""
+
+    async def run() -> Any:
+        async with Storage.for_url(url, options, retry) as storage:
+            if call == "read":
+                return await storage.read(storage.strip(url))
+            if call == "list_folder":
+                return await storage.list_folder(url.rsplit("/", 1)[0], "error")
+            return await storage.size(url)
+
+    return asyncio.run(run())
+
+
+def test_connection_resets_are_retried_by_our_policy(s3_store: ObjectStore) -> None:
+    prefix = s3_store.new_prefix("resets")
+    url, data = f"{prefix}/{worker_file_name('a')}", error_document(worker="a")
+    write_files("s3", s3_store.storage_options, [(url, data)])
+    port = store_port(s3_store.storage_options)
+    # the client alone gives up on two resets in a row ...
+    with LoopbackProxy(port, reset_first=2) as proxy:
+        options = {**s3_store.storage_options, **NO_CLIENT_RETRIES, "endpoint_url": proxy.url}
+        with pytest.raises(StorageError, match=rf"^reading {re.escape(url)} failed after 1 attempts: "):
+            storage_call(url, options, RetryPolicy(attempts=1), "read")
+    # ... and the reader's retries ride them out
+    with LoopbackProxy(port, reset_first=2) as proxy:
+        options = {**s3_store.storage_options, **NO_CLIENT_RETRIES, "endpoint_url": proxy.url}
+        assert storage_call(url, options, OUR_RETRIES, "read") == data
+    assert proxy.resets == 2
+    # a network that never recovers: three real attempts (each one or two connections), then one error
+    with LoopbackProxy(port, reset_first=10**6) as proxy:
+        options = {**s3_store.storage_options, **NO_CLIENT_RETRIES, "endpoint_url": proxy.url}
+        with pytest.raises(StorageError, match=rf"^reading {re.escape(url)} failed after 3 attempts: "):
+            storage_call(url, options, OUR_RETRIES, "read")
+    assert 3 <= proxy.resets <= 6
+
+
+@pytest.mark.parametrize(("call", "what"), [("read", "reading"), ("list_folder", "listing"), ("size", "checking")])
+def test_refused_connections_are_retried_then_one_clear_storage_error(
+    s3_store: ObjectStore, call: str, what: str
+) -> None:
+    prefix = s3_store.new_prefix("refused")
+    url = f"{prefix}/{worker_file_name('a')}"
+    where = url if call != "list_folder" else prefix
+    port = free_port()  # nothing listens there: every connection is refused
+    options = {**s3_store.storage_options, **NO_CLIENT_RETRIES, "endpoint_url": f"http://127.0.0.1:{port}"}
+    # the detail after the colon is the client library's and names the endpoint it could not reach
+    expected = rf"^{what} {re.escape(where)} failed after 3 attempts: .*127\.0\.0\.1:{port}"
+    with pytest.raises(StorageError, match=expected):
+        storage_call(url, options, OUR_RETRIES, call)
+
+
+@pytest.mark.parametrize("kind", ["gcs", "s3"])
+def test_permission_denied_is_one_clear_storage_error_and_not_retried(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    store: ObjectStore = request.getfixturevalue(f"{kind}_store")
+    prefix = store.new_prefix("denied")
+    url = f"{prefix}/{worker_file_name('a')}"
+    write_files(store.protocol, store.storage_options, [(url, error_document(worker="a"))])
+    with LoopbackProxy(
+        store_port(store.storage_options), on_request=lambda _: access_denied_response(store.protocol)
+    ) as proxy:
+        options = {**store.storage_options, "endpoint_url": proxy.url}
+        with pytest.raises(StorageError, match=rf"^permission denied reading {re.escape(url)}: "):
+            storage_call(url, options, OUR_RETRIES, "read")
+        assert len(proxy.requests) == 1  # asked once: a refusal is not worth another try
+        with pytest.raises(StorageError, match=rf"^permission denied checking {re.escape(url)}: "):
+            storage_call(url, options, OUR_RETRIES, "size")
+        with pytest.raises(StorageError, match=rf"^permission denied listing {re.escape(prefix)}: "):
+            RemoteFileOutputReader(prefix, storage_options=options, retry=OUR_RETRIES).read_all()

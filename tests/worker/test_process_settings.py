@@ -56,21 +56,53 @@ def test_hooks_compose_in_order() -> None:
     assert calls == ["settings", "straggler"]
 
 
+#: A torch backend that records the timeout torch builds each new process group with.
+PROBE_BACKEND = "rootcause_timeout_probe"
+_timeouts_given: list[timedelta] = []
+
+
+def timeouts_given_to_new_backends() -> list[timedelta]:
+    """Every timeout torch has built a group of :data:`PROBE_BACKEND` with, in order.
+
+    torch has no public getter for a process group's timeout. Its public hook for backends,
+    ``Backend.register_backend``, is called with ``(store, rank, world_size, timeout)`` where
+    ``timeout`` is what ``init_process_group``/``new_group`` resolved, the value gloo and NCCL are
+    built with; so a backend registered here (a real gloo group underneath) sees what they would see.
+    """
+    import torch.distributed as dist
+
+    if not hasattr(dist.Backend, PROBE_BACKEND.upper()):  # registration lasts for the process
+
+        def create(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> dist.ProcessGroupGloo:
+            _timeouts_given.append(timeout)
+            return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+
+        dist.Backend.register_backend(PROBE_BACKEND, create, devices=["cpu"])
+    return _timeouts_given
+
+
 def test_collective_timeout_becomes_the_default_of_new_process_groups() -> None:
+    import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
-    saved = distributed_c10d.default_pg_timeout
+    given = timeouts_given_to_new_backends()
+    given.clear()
+    saved = distributed_c10d.default_pg_timeout, distributed_c10d.default_pg_nccl_timeout
+    assert not dist.is_initialized()
     try:
         WorkerProcessSettings(collective_timeout_s=42)()
-        assert distributed_c10d._get_default_timeout(distributed_c10d.Backend.GLOO) == timedelta(seconds=42)
+        dist.init_process_group(PROBE_BACKEND, store=dist.HashStore(), rank=0, world_size=1)
+        dist.new_group([0])
+        dist.new_group([0], timeout=timedelta(seconds=7))  # a timeout the user passes still wins
+        assert given == [timedelta(seconds=42), timedelta(seconds=42), timedelta(seconds=7)]
     finally:
-        distributed_c10d.default_pg_timeout = saved
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        distributed_c10d.default_pg_timeout, distributed_c10d.default_pg_nccl_timeout = saved
 
 
 @pytest.mark.slow
-def test_workers_get_the_settings_and_the_users_value_is_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workers_get_the_settings_and_the_users_value_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "1234")  # the user's, in the pod spec
     for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
         monkeypatch.delenv(name, raising=False)
