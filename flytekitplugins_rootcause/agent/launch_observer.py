@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import multiprocessing.connection
 import os
@@ -363,19 +364,41 @@ def _exited_without_result(process_context: Any, index: int) -> Exception:
 
 
 @contextlib.contextmanager
+def _agent_objects_frozen() -> Iterator[None]:
+    """Keep workers forked in the block from garbage-collecting objects they inherit from the agent.
+
+    A forked worker inherits every object of the agent, its uncollected garbage included: the
+    previous launch's rendezvous, for instance, stays reachable from a reference cycle (the
+    exception the task raised, its traceback, the frame that raised it) until the agent's next
+    full collection. Freed by the worker's collector instead, torch's ``TCPStore`` destructor joins
+    a store thread that does not exist in the worker: SIGSEGV (the 4th and 6th of six ``fork``
+    launches run back to back in one process, every time, in ``tests/test_fork_start.py``'s
+    script). ``gc.freeze`` moves the agent's objects out of reach of every collection until
+    ``gc.unfreeze``, which the agent runs right after the fork; in the workers they stay frozen.
+    Both are list splices, not heap walks.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
 def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
     """Route the agent's ``start_processes``, rendezvous and exit barrier through ``observer``.
 
     For the launch only (:mod:`flytekitplugins_rootcause.upstream.torch_elastic` says where torch
     looks these up): every process context torch starts is registered with the observer (the
-    watcher's thread paused while the workers are forked), and the observer notes when the agent
-    enters and leaves the rendezvous and the exit barrier (the watchdog gives each phase its own
-    time limit).
+    watcher's thread paused and the agent's objects frozen while the workers are forked), and the
+    observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
+    watchdog gives each phase its own time limit).
     """
 
     def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
-            with observer.watcher.paused():  # no watcher thread while the workers are forked
+            # no watcher thread while the workers are forked, and no agent object they may collect
+            with observer.watcher.paused(), _agent_objects_frozen():
                 pcontext = original(*args, **kwargs)
             observer.on_started(pcontext)
             return pcontext
