@@ -4,10 +4,12 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
 
 1. the user's function is wrapped in :class:`RecordingTaskFunction`, so every worker records its
    exception with a nanosecond time, ranks and host (kfpytorch pickles or calls whatever
-   ``_task_function`` holds, on both start methods); the worker-side hooks (process settings,
-   the straggler pre-check) run there first;
-2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker pid is
-   watched for its exact exit, teardown start is noted, and teardown uses ``teardown_grace_s`` instead of torch's 30 s;
+   ``_task_function`` holds, on both start methods: swapped for the launch by
+   :func:`flytekitplugins_rootcause.upstream.kfpytorch.task_function_swapped`); the worker-side
+   hooks (process settings, the straggler pre-check) run there first;
+2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker
+   pid is watched for its exact exit, teardown start is noted, and teardown uses ``teardown_grace_s``
+   instead of torch's 30 s;
 3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
    unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;
 4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
@@ -35,6 +37,7 @@ from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, obse
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from flytekitplugins_rootcause.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
@@ -89,34 +92,30 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         return before_user_function(self._worker_hooks())
 
     def _execute(self, **kwargs: Any) -> Any:
-        user_function = self._task_function
-        self._task_function = RecordingTaskFunction(user_function, self._before_user_function())
+        recording = RecordingTaskFunction(self.task_function, self._before_user_function())
         settings = watchdog_settings(self.task_config)
-        try:
-            with DeathWatcher() as watcher:
-                observer = LaunchObserver(watcher, teardown_grace_s=self.task_config.teardown_grace_s)
-                try:
-                    with (
-                        applied_environment(agent_environment(self.task_config)),
-                        exceptions_preformatted(),
-                        observing_launch(observer),
-                        AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
-                    ):
-                        return super()._execute(**kwargs)
-                except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
-                    child_failed = _child_failed_error(exc)
-                    if child_failed is None:
-                        raise
-                    failures = diagnose(observer, child_failed)
-                    if not failures:
-                        logger.warning("no failed worker found in the launch; reporting torch's error as is")
-                        raise
-                    error = root_cause_error(failures, note=agent_timeline(observer, failures))
-                    publish_timeline_deck(failures)
-                    logger.error("Root cause of the elastic launch failure:\n%s", error)
-                    raise error from None
-        finally:
-            self._task_function = user_function
+        with task_function_swapped(self, recording), DeathWatcher() as watcher:
+            observer = LaunchObserver(watcher, teardown_grace_s=self.task_config.teardown_grace_s)
+            try:
+                with (
+                    applied_environment(agent_environment(self.task_config)),
+                    exceptions_preformatted(),
+                    observing_launch(observer),
+                    AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
+                ):
+                    return super()._execute(**kwargs)
+            except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
+                child_failed = _child_failed_error(exc)
+                if child_failed is None:
+                    raise
+                failures = diagnose(observer, child_failed)
+                if not failures:
+                    logger.warning("no failed worker found in the launch; reporting torch's error as is")
+                    raise
+                error = root_cause_error(failures, note=agent_timeline(observer, failures))
+                publish_timeline_deck(failures)
+                logger.error("Root cause of the elastic launch failure:\n%s", error)
+                raise error from None
 
 
 TaskPlugins.register_pythontask_plugin(ElasticRootCause, ElasticRootCauseFunctionTask)

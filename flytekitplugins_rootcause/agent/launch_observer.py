@@ -17,12 +17,17 @@ wraps that one function in the agent module, so that for each new process contex
 Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
 go through ``start_processes``, so both are covered. ``observing_launch`` also notes when the agent
 is inside a rendezvous (which may legitimately wait for peers for minutes), for the agent watchdog.
+
+This module decides what to do; *how* it reaches into torch (which attribute holds what, which
+global or method is replaced) is :mod:`flytekitplugins_rootcause.upstream.torch_elastic`, which also
+checks the torch version before the first patch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import multiprocessing.connection
 import os
@@ -32,10 +37,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.distributed.elastic.agent.server import local_elastic_agent
-
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher, ProcessExit
 from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
+from flytekitplugins_rootcause.upstream import torch_elastic
 
 logger = logging.getLogger(__name__)
 
@@ -146,13 +150,11 @@ class LaunchObserver:
         """
         with self._lock:
             pcontext = self._contexts.get(attempt)
-        # torch's own bookkeeping, read without a lock: ``_poll`` fills ``_return_values`` and only
-        # then sets the workers' "finished" event. (``Event.is_set`` would take a lock shared with
-        # the workers, which a worker killed inside ``Event.wait`` can leave held forever.)
-        collected = getattr(pcontext, "_return_values", None)
-        if not isinstance(collected, dict) or not hasattr(pcontext, "_worker_finished_event"):
+        # torch's own bookkeeping, read without a lock (never ``Event.is_set``: see the accessor).
+        collected = torch_elastic.collected_return_values(pcontext)
+        if collected is None:
             return None
-        return len(collected) == getattr(pcontext, "nprocs", -1)
+        return len(collected) == torch_elastic.worker_count(pcontext)
 
     def exited_without_result(self, worker: LaunchedWorker) -> bool:
         """The worker exited with code 0 although its attempt's results were never delivered."""
@@ -175,19 +177,16 @@ class LaunchObserver:
         """
         with self._lock:
             pcontext = self._contexts.get(worker.attempt)
-        processes = getattr(getattr(pcontext, "_pc", None), "processes", None)
+        processes = torch_elastic.function_worker_processes(pcontext)
         if processes is not None and worker.local_rank < len(processes):
             return processes[worker.local_rank].exitcode
-        handlers = getattr(pcontext, "subprocess_handlers", None) or {}
-        handler = handlers.get(worker.local_rank) if isinstance(handlers, dict) else None
-        proc = getattr(handler, "proc", None)
-        return getattr(proc, "returncode", None)
+        return torch_elastic.binary_worker_returncode(pcontext, worker.local_rank)
 
     def on_started(self, pcontext: Any) -> None:
         """Register a freshly started process context (called right after ``start_processes``)."""
-        envs: dict[int, dict[str, str]] = getattr(pcontext, "envs", {}) or {}
-        error_files: dict[int, str] = getattr(pcontext, "error_files", {}) or {}
-        pids: dict[int, int] = pcontext.pids()
+        envs = torch_elastic.worker_envs(pcontext)
+        error_files = torch_elastic.worker_error_files(pcontext)
+        pids = torch_elastic.worker_pids(pcontext)
         first_env = next(iter(envs.values()), {})
         attempt = _int_or_none(first_env.get("TORCHELASTIC_RESTART_COUNT")) or 0
         started = []
@@ -211,17 +210,19 @@ class LaunchObserver:
         self._wrap_join(pcontext, attempt)
 
     def _wrap_close(self, pcontext: Any, attempt: int) -> None:
-        original_close: Callable[..., None] = pcontext.close
         grace = self.teardown_grace_s
 
-        def close(death_sig: Any = None, timeout: float = 30) -> None:
-            self.note_teardown(attempt)
-            if grace is not None:
-                timeout = min(timeout, grace)
-            original_close(death_sig, timeout)
-            self.note_teardown_done(attempt)
+        def wrap(original_close: Callable[..., None]) -> Callable[..., None]:
+            def close(death_sig: Any = None, timeout: float = 30) -> None:
+                self.note_teardown(attempt)
+                if grace is not None:
+                    timeout = min(timeout, grace)
+                original_close(death_sig, timeout)
+                self.note_teardown_done(attempt)
 
-        pcontext.close = close
+            return close
+
+        torch_elastic.wrap_close(pcontext, wrap)
 
     def _wrap_join(self, pcontext: Any, attempt: int) -> None:
         """Take over the teardown ``ProcessContext.join`` does when it sees a failed worker.
@@ -240,38 +241,42 @@ class LaunchObserver:
         return value that never comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
         """
         grace = self.teardown_grace_s
-        process_context = getattr(pcontext, "_pc", None)
-        if process_context is None or not hasattr(process_context, "sentinels"):
+        process_context = torch_elastic.joinable_process_context(pcontext)
+        if process_context is None:
             return
-        original_join: Callable[..., bool] = process_context.join
+        processes = torch_elastic.processes  # the context's ``multiprocessing`` processes, by local rank
 
-        def join(timeout: float | None = None, grace_period: float | None = None) -> bool:
-            sentinels: dict[Any, int] = process_context.sentinels
-            if sentinels:
-                ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
-                for sentinel in ready:
-                    # Record each exit now, before it is reaped and before teardown is noted: a watcher
-                    # thread starved of CPU would otherwise stamp it after teardown began (a victim).
-                    self.watcher.confirm_exit(process_context.processes[sentinels[sentinel]].pid)
-                early_exit_fails = self.results_delivered(attempt) is False
-                exited = [sentinels[s] for s in ready]
-                failed = _failed_indices(process_context, exited, early_exit_fails)
-                failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
-                if failed:
-                    first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
-                    self.end_workers(attempt)
-                    if process_context.processes[first].exitcode == 0:
-                        raise _exited_without_result(process_context, first)
-                    process_context.sentinels = {
-                        s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)
-                    }
-                timeout = 0  # the wait is done; torch's join only collects what is ready
-            try:
-                return original_join(timeout, grace if grace_period is None else grace_period)
-            except (EOFError, pickle.UnpicklingError) as exc:
-                raise _unreadable_error_file(process_context, exc) from exc
+        def wrap(original_join: Callable[..., bool]) -> Callable[..., bool]:
+            def join(timeout: float | None = None, grace_period: float | None = None) -> bool:
+                sentinels = torch_elastic.live_sentinels(process_context)
+                if sentinels:
+                    ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
+                    for sentinel in ready:
+                        # Record each exit now, before it is reaped and before teardown is noted: a watcher
+                        # thread starved of CPU would otherwise stamp it after teardown began (a victim).
+                        self.watcher.confirm_exit(processes(process_context)[sentinels[sentinel]].pid)
+                    early_exit_fails = self.results_delivered(attempt) is False
+                    exited = [sentinels[s] for s in ready]
+                    failed = _failed_indices(process_context, exited, early_exit_fails)
+                    failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
+                    if failed:
+                        first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
+                        self.end_workers(attempt)
+                        if processes(process_context)[first].exitcode == 0:
+                            raise _exited_without_result(process_context, first)
+                        torch_elastic.set_live_sentinels(
+                            process_context,
+                            {s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)},
+                        )
+                    timeout = 0  # the wait is done; torch's join only collects what is ready
+                try:
+                    return original_join(timeout, grace if grace_period is None else grace_period)
+                except (EOFError, pickle.UnpicklingError) as exc:
+                    raise _unreadable_error_file(process_context, exc) from exc
 
-        process_context.join = join
+            return join
+
+        torch_elastic.wrap_join(process_context, wrap)
 
     def end_workers(self, attempt: int) -> None:
         """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
@@ -296,11 +301,11 @@ class LaunchObserver:
 
     def _failure_ns(self, pcontext: Any, process_context: Any, index: int) -> int:
         """When worker ``index`` failed: its exit (the watcher's time), else when its error file appeared."""
-        exit_ = self.watcher.exit_of(process_context.processes[index].pid)
+        exit_ = self.watcher.exit_of(torch_elastic.processes(process_context)[index].pid)
         if exit_ is not None:
             return exit_.exit_ns
         with contextlib.suppress(OSError, KeyError, TypeError):
-            return os.stat(pcontext.error_files[index]).st_mtime_ns
+            return os.stat(torch_elastic.worker_error_files(pcontext)[index]).st_mtime_ns
         return time.time_ns()
 
 
@@ -312,7 +317,7 @@ def _failed_indices(process_context: Any, indices: list[int], early_exit_fails: 
     """
     failed = []
     for index in indices:
-        process = process_context.processes[index]
+        process = torch_elastic.processes(process_context)[index]
         process.join()  # its sentinel is ready: it has exited, this only reaps it (as torch does)
         if process.exitcode != 0 or early_exit_fails:
             failed.append(index)
@@ -326,8 +331,8 @@ def _recorded_alive_indices(pcontext: Any, process_context: Any, exclude: list[i
     exception that ends the worker, so the agent need not wait for the interpreter's shutdown (which
     can take seconds with a process group and data loaders) before it tears the others down.
     """
-    error_files: dict[int, str] = getattr(pcontext, "error_files", {}) or {}
-    live = set(process_context.sentinels.values()) - set(exclude)
+    error_files = torch_elastic.worker_error_files(pcontext)
+    live = set(torch_elastic.live_sentinels(process_context).values()) - set(exclude)
     return [index for index in sorted(live) if error_files.get(index) and os.path.exists(error_files[index])]
 
 
@@ -338,84 +343,72 @@ def _unreadable_error_file(process_context: Any, cause: BaseException) -> Except
     escape, which its poll does not catch: the launch would end with "Ran out of input" instead of
     a worker failure. The failed worker is the one joined with a non-zero status.
     """
-    from torch.multiprocessing import ProcessExitedException
-
-    failed = [i for i, process in enumerate(process_context.processes) if process.exitcode not in (0, None)]
+    processes = torch_elastic.processes(process_context)
+    failed = [i for i, process in enumerate(processes) if process.exitcode not in (0, None)]
     index = failed[0] if failed else 0
-    process = process_context.processes[index]
-    return ProcessExitedException(
+    process = processes[index]
+    return torch_elastic.process_exited_exception(
         f"process {index:d} failed; its error file could not be read ({type(cause).__name__}: {cause})",
-        error_index=index, error_pid=process.pid, exit_code=process.exitcode or 1,
+        index=index, pid=process.pid, exit_code=process.exitcode or 1,
     )
 
 
 def _exited_without_result(process_context: Any, index: int) -> Exception:
     """torch's own exception for a worker that exited 0 without returning (its ``_poll`` handles it)."""
-    from torch.multiprocessing import ProcessExitedException
-
-    process_context.sentinels = {s: i for s, i in process_context.sentinels.items() if i != index}
-    pid = process_context.processes[index].pid
-    return ProcessExitedException(
-        f"process {index:d} exited with code 0 before returning its result", error_index=index, error_pid=pid,
-        exit_code=0,
+    sentinels = torch_elastic.live_sentinels(process_context)
+    torch_elastic.set_live_sentinels(process_context, {s: i for s, i in sentinels.items() if i != index})
+    pid = torch_elastic.processes(process_context)[index].pid
+    return torch_elastic.process_exited_exception(
+        f"process {index:d} exited with code 0 before returning its result", index=index, pid=pid, exit_code=0,
     )
 
 
 @contextlib.contextmanager
-def _class_attribute(owner: type, name: str, value: Any) -> Iterator[None]:
-    """Set ``owner.name`` for the block; afterwards restore it (or delete it, if it was inherited)."""
-    had_own, original = name in vars(owner), vars(owner).get(name)
-    setattr(owner, name, value)
+def _agent_objects_frozen() -> Iterator[None]:
+    """Keep workers forked in the block from garbage-collecting objects they inherit from the agent.
+
+    A forked worker inherits every object of the agent, its uncollected garbage included: the
+    previous launch's rendezvous, for instance, stays reachable from a reference cycle (the
+    exception the task raised, its traceback, the frame that raised it) until the agent's next
+    full collection. Freed by the worker's collector instead, torch's ``TCPStore`` destructor joins
+    a store thread that does not exist in the worker: SIGSEGV (the 4th and 6th of six ``fork``
+    launches run back to back in one process, every time, in ``tests/test_fork_start.py``'s
+    script). ``gc.freeze`` moves the agent's objects out of reach of every collection until
+    ``gc.unfreeze``, which the agent runs right after the fork; in the workers they stay frozen.
+    Both are list splices, not heap walks.
+    """
+    gc.freeze()
     try:
         yield
     finally:
-        if had_own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+        gc.unfreeze()
 
 
 @contextlib.contextmanager
 def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
     """Route the agent's ``start_processes``, rendezvous and exit barrier through ``observer``.
 
-    The agent module looks ``start_processes`` up as a module global on every attempt, so
-    replacing it there (and restoring it after) is the narrowest hook torch offers; the rendezvous
-    and the exit barrier are methods of the agent class, wrapped on ``LocalElasticAgent`` for the
-    launch only (the watchdog gives each phase its own time limit). An elastic
-    launch runs once per agent process, so no other launch can see the replacements.
+    For the launch only (:mod:`flytekitplugins_rootcause.upstream.torch_elastic` says where torch
+    looks these up): every process context torch starts is registered with the observer (the
+    watcher's thread paused and the agent's objects frozen while the workers are forked), and the
+    observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
+    watchdog gives each phase its own time limit).
     """
-    original = local_elastic_agent.start_processes
-    agent_class = local_elastic_agent.LocalElasticAgent
-    original_rendezvous = agent_class._rendezvous
-    original_exit_barrier = agent_class._exit_barrier
 
-    def start_and_observe(*args: Any, **kwargs: Any) -> Any:
-        with observer.watcher.paused():  # no watcher thread while the workers are forked
-            pcontext = original(*args, **kwargs)
-        observer.on_started(pcontext)
-        return pcontext
+    def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
+        def start(*args: Any, **kwargs: Any) -> Any:
+            # no watcher thread while the workers are forked, and no agent object they may collect
+            with observer.watcher.paused(), _agent_objects_frozen():
+                pcontext = original(*args, **kwargs)
+            observer.on_started(pcontext)
+            return pcontext
 
-    def rendezvous_and_observe(agent: Any, *args: Any, **kwargs: Any) -> Any:
-        observer.on_rendezvous(True)
-        try:
-            return original_rendezvous(agent, *args, **kwargs)
-        finally:
-            observer.on_rendezvous(False)
+        return start
 
-    def exit_barrier_and_observe(agent: Any, *args: Any, **kwargs: Any) -> Any:
-        observer.on_exit_barrier(True)
-        try:
-            return original_exit_barrier(agent, *args, **kwargs)
-        finally:
-            observer.on_exit_barrier(False)
-
-    local_elastic_agent.start_processes = start_and_observe
-    try:
-        with (
-            _class_attribute(agent_class, "_rendezvous", rendezvous_and_observe),
-            _class_attribute(agent_class, "_exit_barrier", exit_barrier_and_observe),
-        ):
-            yield observer
-    finally:
-        local_elastic_agent.start_processes = original
+    with (
+        torch_elastic.patch_start_processes(start_and_observe),
+        torch_elastic.patch_agent_phases(
+            on_rendezvous=observer.on_rendezvous, on_exit_barrier=observer.on_exit_barrier
+        ),
+    ):
+        yield observer

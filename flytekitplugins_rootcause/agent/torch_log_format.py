@@ -9,7 +9,8 @@ to the task's error.
 
 For the duration of a launch, a filter on torch's own handlers formats the exception with the
 standard library and folds it into the message, so the same text reaches the log and the
-formatter finds no ``exc_info`` to send it to dynamo for.
+formatter finds no ``exc_info`` to send it to dynamo for. torch keeps its handlers in a private
+module (:mod:`flytekitplugins_rootcause.upstream.torch_logging` reads them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+
+from flytekitplugins_rootcause.upstream.torch_logging import torch_log_handlers
 
 
 class ExceptionPreformatter(logging.Filter):
@@ -34,19 +37,10 @@ class ExceptionPreformatter(logging.Filter):
         return True
 
 
-def _torch_handlers() -> list[logging.Handler]:
-    """The handlers torch created for its loggers (``torch._logging`` keeps them in a weak set)."""
-    try:
-        from torch._logging import _internal
-    except ImportError:  # a torch without this module has nothing to patch
-        return []
-    return [handler for handler in list(getattr(_internal, "handlers", ())) if isinstance(handler, logging.Handler)]
-
-
 @contextlib.contextmanager
 def exceptions_preformatted() -> Iterator[None]:
     """Install :class:`ExceptionPreformatter` on torch's log handlers for the block."""
-    handlers = _torch_handlers()
+    handlers = torch_log_handlers()
     preformatter = ExceptionPreformatter()
     for handler in handlers:
         handler.addFilter(preformatter)

@@ -9,7 +9,8 @@ absent:
 - :mod:`.error_upload`: the writes themselves (one store call each, create-if-absent).
 
 May import: the shared core, the reader's parser (``backend_reader.documents``, so a name's listing
-key is what the reader will parse), flytekit, :mod:`flytekitplugins_rootcause.agent.failure_sink`.
+key is what the reader will parse), flytekit, :mod:`flytekitplugins_rootcause.agent.failure_sink`,
+:mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (every hook into flytekit's internals).
 Not torch: plain tasks run through this command without importing it.
 """
 

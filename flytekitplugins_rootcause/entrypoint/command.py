@@ -15,8 +15,11 @@ because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execut
 This is done by swapping, for the duration of one command, the module-level helpers flytekit's
 ``_dispatch_execute`` looks up (``_build_error_file_name``, ``_get_worker_name``,
 ``get_container_error_timestamp``, ``get_traceback_str``) and the task's file-access ``put_data``,
-whose engine-folder upload is intercepted only to take the staged error document out of it. A plain
-``@task`` (no strategy variable, no ``ElasticRootCause`` config) runs through flytekit untouched.
+whose engine-folder upload is intercepted only to take the staged error document out of it. Which
+flytekit names those are, and the swapping itself, is
+:mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (which also checks the flytekit
+version when this module is imported). A plain ``@task`` (no strategy variable, no
+``ElasticRootCause`` config) runs through flytekit untouched.
 
 If an error file cannot be written, the command prints one line per file naming the path and the
 reason on stderr and exits with :data:`WRITE_FAILED_EXIT_CODE`, so the pod fails visibly instead of
@@ -31,11 +34,10 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
-import flytekit.bin.entrypoint as flytekit_entrypoint
 from flytekit.core.context_manager import FlyteContext
 from flytekit.loggers import logger
 
@@ -54,6 +56,7 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
     WriteOutcome,
     write_error_documents,
 )
+from flytekitplugins_rootcause.upstream import flytekit_entrypoint
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
 
 if TYPE_CHECKING:
@@ -68,34 +71,9 @@ WRITE_FAILED_EXIT_CODE = 3
 #: Name of the error document inside flytekit's engine folder, before it is moved out.
 STAGED_ERROR_FILE_NAME = ".rootcause-staged-error.pb"
 
-_FLYTEKIT_COMMAND: click.Command = flytekit_entrypoint.execute_task_cmd
-_flytekit_dispatch_execute = flytekit_entrypoint._dispatch_execute
-_flytekit_error_timestamp = flytekit_entrypoint.get_container_error_timestamp
-_flytekit_traceback_str = flytekit_entrypoint.get_traceback_str
+_FLYTEKIT_COMMAND: click.Command = flytekit_entrypoint.flytekit_execute_command()
 
 _CONFIG_MODULE = "flytekitplugins_rootcause.config"
-_ABSENT = object()
-
-
-@contextlib.contextmanager
-def _replaced(target: object, **attributes: Any) -> Iterator[None]:
-    """Set attributes on a module or an instance for the duration of the block, then restore them.
-
-    An attribute an instance only had through its class is deleted again afterwards, so the class's
-    method shows through as before.
-    """
-    own = vars(target)
-    saved = {name: own.get(name, _ABSENT) for name in attributes}
-    for name, value in attributes.items():
-        setattr(target, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is _ABSENT:
-                delattr(target, name)
-            else:
-                setattr(target, name, value)
 
 
 @dataclasses.dataclass
@@ -139,12 +117,12 @@ class _LoadedTask:
 def _exact_error_timestamp(e: Exception | None = None) -> Any:
     """flytekit's ``get_container_error_timestamp``, exact to the ns for root-cause errors."""
     exact = exact_error_timestamp(e)
-    return exact if exact is not None else _flytekit_error_timestamp(e)
+    return exact if exact is not None else flytekit_entrypoint.container_error_timestamp(e)
 
 
 def _error_message(e: Exception) -> str:
     """flytekit's ``get_traceback_str``, replaced by the root-cause report for root-cause errors."""
-    return error_message(_flytekit_traceback_str(e), e)
+    return error_message(flytekit_entrypoint.traceback_str(e), e)
 
 
 @dataclasses.dataclass
@@ -196,7 +174,7 @@ def _dispatch_execute(
     strategy = flytekit_entrypoint.get_one_of(*DIST_ERROR_STRATEGY_ENV_VARS)
     policy = decide_policy(strategy, loaded.root_cause_config)
     if policy.is_flytekit_default:
-        return _flytekit_dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
+        return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 
     worker = raw_worker_name(os.environ)
     file_access = ctx.file_access
@@ -207,23 +185,22 @@ def _dispatch_execute(
         policy=policy,
         filesystems=file_access,
     )
-    hooks = {
-        "_build_error_file_name": lambda: STAGED_ERROR_FILE_NAME,
-        "_get_worker_name": lambda: display_worker_name(worker),
-        "get_container_error_timestamp": _exact_error_timestamp,
-        "get_traceback_str": _error_message,
-    }
     def write_last_resort(error: BaseException) -> None:
         """For the agent watchdog: write this pod's error files for ``error`` before it exits."""
         document = last_resort_document(error, display_worker_name(worker))
         _log_outcome(write_error_documents(output_prefix, document, worker, policy, file_access))
 
     with (
-        _replaced(flytekit_entrypoint, **hooks),
-        _replaced(file_access, put_data=router),
+        flytekit_entrypoint.error_document_hooks(
+            error_file_name=lambda: STAGED_ERROR_FILE_NAME,
+            worker_name=lambda: display_worker_name(worker),
+            error_timestamp=_exact_error_timestamp,
+            error_message=_error_message,
+        ),
+        flytekit_entrypoint.put_data_replaced(file_access, router),
         failure_sink(write_last_resort, destination=output_prefix),
     ):
-        return _flytekit_dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
+        return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 
 
 #: Set once this pod's error documents are written (they are the last thing the pod owes anyone).
@@ -250,7 +227,7 @@ def _exit_now(code: int) -> None:
 def _execute(**params: Any) -> None:
     """Run flytekit's ``pyflyte-execute`` callback with our ``_dispatch_execute`` in place."""
     try:
-        with _replaced(flytekit_entrypoint, _dispatch_execute=_dispatch_execute):
+        with flytekit_entrypoint.dispatch_execute_replaced(_dispatch_execute):
             _FLYTEKIT_COMMAND.callback(**params)  # type: ignore[misc]
     except ErrorDocumentWriteError as error:
         for failure in error.failures:

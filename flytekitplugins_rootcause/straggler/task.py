@@ -23,6 +23,7 @@ from flytekitplugins.kfpytorch.task import Elastic, PytorchElasticFunctionTask
 
 from flytekitplugins_rootcause.straggler.report import StragglerReport
 from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
+from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 
 
 @dataclass
@@ -72,14 +73,12 @@ class StragglerPrecheckFunctionTask(PytorchElasticFunctionTask):
         """Run kfpytorch's launch with the check as the workers' function (the body is not run).
 
         kfpytorch ships ``self._task_function`` to the workers; it is swapped for the check only for
-        the launch and restored after, so the task object (name, interface, resolver) is untouched.
+        the launch and restored after (:func:`~flytekitplugins_rootcause.upstream.kfpytorch.task_function_swapped`),
+        so the task object (name, interface, resolver) is untouched.
         """
-        body = self._task_function
-        self._task_function = functools.partial(run_precheck, self.task_config.check, self.task_config.nnodes)
-        try:
+        check = functools.partial(run_precheck, self.task_config.check, self.task_config.nnodes)
+        with task_function_swapped(self, check):
             return super()._execute(**kwargs)
-        finally:
-            self._task_function = body
 
 
 TaskPlugins.register_pythontask_plugin(StragglerPrecheck, StragglerPrecheckFunctionTask)

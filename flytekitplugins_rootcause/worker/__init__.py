@@ -4,6 +4,7 @@
   nanosecond time, ranks and host (the culprit's own testimony);
 - :mod:`.process_settings`: per-worker process settings applied before the user's function.
 
-May import: the shared core (``rootcause_core``), torch. Never the agent, diagnosis or entrypoint
+May import: the shared core (``rootcause_core``), torch, and for torch's internals
+:mod:`flytekitplugins_rootcause.upstream.torch_worker` only. Never the agent, diagnosis or entrypoint
 packages: a worker must stay cheap to start and must not carry agent state across ``fork``.
 """

@@ -11,7 +11,8 @@ Two places, chosen by who reads the setting and when (``docs/settings.md`` has e
 - **worker, before the user's function** (:class:`WorkerProcessSettings`, a picklable callable run
   by ``RecordingTaskFunction``): things that live in the worker's Python state. The default
   collective timeout is ``torch.distributed``'s module-level default, which ``init_process_group``
-  reads only when the user passes no ``timeout``; so an explicit timeout always wins.
+  reads only when the user passes no ``timeout``; so an explicit timeout always wins (set through
+  :mod:`flytekitplugins_rootcause.upstream.torch_worker`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from datetime import timedelta
 from typing import Any
+
+from flytekitplugins_rootcause.upstream.torch_worker import set_default_collective_timeout
 
 #: Seconds without a heartbeat from NCCL's watchdog thread before its monitor aborts the process.
 NCCL_HEARTBEAT_TIMEOUT_VAR = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
@@ -71,16 +73,6 @@ def applied_environment(
                 del target[name]
 
 
-def _set_default_collective_timeout(seconds: float) -> None:
-    """Make ``seconds`` the timeout ``init_process_group``/``new_group`` use when given none."""
-    from torch.distributed import distributed_c10d
-
-    timeout = timedelta(seconds=seconds)
-    distributed_c10d.default_pg_timeout = timeout
-    if distributed_c10d.default_pg_nccl_timeout is not None:
-        distributed_c10d.default_pg_nccl_timeout = timeout
-
-
 def _line_buffer_stdio() -> None:
     """What ``PYTHONUNBUFFERED`` does at start-up, for forked workers whose streams already exist."""
     for stream in (sys.stdout, sys.stderr):
@@ -98,7 +90,7 @@ class WorkerProcessSettings:
 
     def __call__(self) -> None:
         if self.collective_timeout_s is not None:
-            _set_default_collective_timeout(self.collective_timeout_s)
+            set_default_collective_timeout(self.collective_timeout_s)
         if os.environ.get(PYTHONUNBUFFERED_VAR):
             _line_buffer_stdio()
 

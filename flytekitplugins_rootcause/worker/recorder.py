@@ -29,6 +29,7 @@ from typing import Any
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
 
+from flytekitplugins_rootcause.upstream.torch_worker import error_file_path
 from rootcause_core.safe_text import (
     MAX_WORKER_ERROR_FILE_BYTES,
     MAX_WORKER_TEXT_BYTES,
@@ -103,7 +104,7 @@ class RootCauseErrorHandler(ErrorHandler):
         ``recoverable_error`` marker (written next to the error file) still lands where its agent
         looks, while the agent reads the richer file this method wrote.
         """
-        path = self._get_error_file_path()
+        path = error_file_path(self)
         if not path:
             return
         now_ns = time.time_ns()

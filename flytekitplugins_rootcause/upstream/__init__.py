@@ -1,0 +1,53 @@
+"""The one seam between this plugin and the internals of torch, flytekit and kfpytorch.
+
+The contract: every upstream symbol this plugin patches or reads privately is listed below and
+reached only through this package; outside it, the plugin uses upstream's public API only
+(``tests/test_upstream_seam.py`` scans for attribute writes on upstream objects elsewhere). Each
+seam module declares its symbols (``SYMBOLS``) and, at the first use of a patch, checks the
+installed versions and that every symbol exists (:func:`.versions.require`), raising
+:class:`.versions.UnsupportedUpstreamError` with the package, its version, the supported range
+and the missing symbol, instead of patching something that is not there. Each symbol has a smoke
+test. Nothing here is imported by ``import flytekitplugins_rootcause`` (flytekit imports that at
+its own import time), and this file imports nothing: torch is imported only by the torch modules.
+
+Supported (:data:`.versions.SUPPORTED`; verified: the symbols exist and the integration tests
+pass): torch ``>=2.13,<2.14`` (2.13.0), flytekit ``>=1.16,<1.17`` and flytekitplugins-kfpytorch
+``>=1.16,<1.17`` (1.16.31; the symbols also in 1.16.0). ``ROOTCAUSE_ALLOW_UNSUPPORTED_UPSTREAM=1``
+lets another version run (the symbols are still checked, their behaviour is not).
+
+- :mod:`.patching`: the one way to set an upstream attribute: :func:`.patching.patched` for a
+  block (restored exactly, also on error), :func:`.patching.wrap_attribute` for a per-attempt object.
+- :mod:`.versions`: the supported ranges and the check.
+- :mod:`.torch_elastic` (the agent; torch):
+  ``torch.distributed.elastic.agent.server.local_elastic_agent.start_processes`` (replaced for a
+  launch); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._rendezvous``
+  and ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._exit_barrier``
+  (wrapped for a launch); ``torch.distributed.elastic.multiprocessing.api.PContext.close`` (wrapped
+  per attempt); ``torch.distributed.elastic.multiprocessing.api.PContext.pids``,
+  ``torch.distributed.elastic.multiprocessing.api.PContext.envs``,
+  ``torch.distributed.elastic.multiprocessing.api.PContext.error_files``,
+  ``torch.distributed.elastic.multiprocessing.api.PContext.nprocs``,
+  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._pc``,
+  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._return_values``,
+  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._worker_finished_event``,
+  ``torch.distributed.elastic.multiprocessing.api.SubprocessContext.subprocess_handlers``,
+  ``torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler.SubprocessHandler.proc``
+  (read); ``torch.multiprocessing.spawn.ProcessContext.join`` (wrapped per attempt),
+  ``torch.multiprocessing.spawn.ProcessContext.sentinels`` (read and reordered),
+  ``torch.multiprocessing.spawn.ProcessContext.processes`` (read);
+  ``torch.multiprocessing.spawn.ProcessExitedException`` (raised).
+- :mod:`.torch_worker` (each worker; torch):
+  ``torch.distributed.elastic.multiprocessing.errors.error_handler.ErrorHandler._get_error_file_path``
+  (called); ``torch.distributed.distributed_c10d.default_pg_timeout`` and
+  ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set).
+- :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
+- :mod:`.flytekit_entrypoint` (the entrypoint; flytekit): ``flytekit.bin.entrypoint.execute_task_cmd``
+  (reused), ``flytekit.bin.entrypoint._dispatch_execute`` (replaced while the command runs),
+  ``flytekit.bin.entrypoint._build_error_file_name``, ``flytekit.bin.entrypoint._get_worker_name``,
+  ``flytekit.bin.entrypoint.get_container_error_timestamp``, ``flytekit.bin.entrypoint.get_traceback_str``
+  (replaced while a task runs), ``flytekit.bin.entrypoint.get_one_of`` (called),
+  ``flytekit.core.data_persistence.FileAccessProvider.put_data`` (replaced on one instance).
+- :mod:`.kfpytorch` (the task classes; flytekitplugins-kfpytorch):
+  ``flytekitplugins.kfpytorch.task.PytorchElasticFunctionTask._execute`` (extended and called),
+  ``flytekitplugins.kfpytorch.task.PytorchElasticFunctionTask._task_function`` (replaced for a launch).
+"""
