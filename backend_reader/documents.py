@@ -30,6 +30,7 @@ from rootcause_core.error_files import ListingKey
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.roles import classify_role, rank_from_report
 from rootcause_core.safe_text import safe_line, safe_text
+from rootcause_core.testimony import read_testimony
 from rootcause_core.timestamps import NS_PER_S
 
 # google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
@@ -108,6 +109,7 @@ def parse_error_document(
     if time_problem is not None:
         return SkippedFile(error_uri, time_problem)
     message = safe_text(error.message)
+    timestamp_ns = _true_time(timestamp_ns, message)
     return FailureRecord(
         error_uri=error_uri,
         worker=safe_line(error.worker),
@@ -121,6 +123,19 @@ def parse_error_document(
         global_rank=rank_from_report(message),
         fingerprint=_fingerprint(error),
     )
+
+
+def _true_time(stamped_ns: int | None, message: str) -> int | None:
+    """The failure's time: the stamp, or the true time a victim's testimony gives for a moved stamp.
+
+    A victim pod stamps its document later than its failure so that Flyte's earliest-timestamp rule
+    passes it over (``rootcause_core.testimony``); the testimony is trusted only when it accounts for
+    the stamp exactly, so a stray or forged line cannot move a time it does not explain.
+    """
+    said = read_testimony(message)
+    if said is None or not said.stamp_delay_ns or stamped_ns is None or said.stamped_ns() != stamped_ns:
+        return stamped_ns
+    return said.failed_at_ns
 
 
 def _foreign_document_problem(document: errors_pb2.ErrorDocument) -> str | None:

@@ -1,18 +1,21 @@
 """End-to-end accuracy and time to exit: this plugin vs flytekit's Elastic + pyflyte-execute + Go's rule.
 
-Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,sigabrt,ordering]``.
+Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,sigabrt,ordering,skew]``.
 
 Each trial runs a simulated 2-pod x 2-worker PyTorchJob (``flytekitplugins_rootcause.simulation``)
 with one fault, twice:
 
 - **this plugin**: the ``ElasticRootCause`` task, started by ``pyflyte-rootcause-execute`` (its
-  serialized container args), decided by ``backend_reader`` (strategy earliest, our rule);
+  serialized container args), decided by ``backend_reader`` (strategy earliest, our rule) and, on
+  the same files, by Flyte's Go rule (what the console shows with aggregation on);
 - **baseline**: the same training under kfpytorch's ``Elastic`` with flytekit's ``pyflyte-execute``
   and propeller's aggregation on (``FLYTE_INTERNAL_DIST_ERROR_STRATEGY`` set, so every pod writes
   ``error-<uuid>.pb``), decided by Flyte's Go reading rule: list ``error*.pb``, earliest timestamp,
   a missing timestamp counts as 1970, ties by file name.
 
-A trial is correct when the decided worker is the pod the fault was injected into. Printed: the
+Fault kinds: raise, sigkill, sigabrt, ordering (two independent errors 50 ms apart), and skew (a
+raise in a pod whose wall clock runs 1 s ahead of the others'). A trial is correct when the decided
+worker is the pod the fault was injected into. Printed: the
 share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
 this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
 agent noticed the failure, -> its surviving workers ended, -> its root-cause report was raised (all
@@ -55,10 +58,22 @@ def ours_worker(result: JobResult) -> str | None:
     return read.failures[0].worker if read.failures else None
 
 
-def fault_for(kind: FaultKind, trial: int) -> Fault:
+#: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
+KINDS: dict[str, tuple[FaultKind, float]] = {
+    "raise": (FaultKind.RAISE, 0.0),
+    "sigkill": (FaultKind.SIGKILL, 0.0),
+    "sigabrt": (FaultKind.SIGABRT, 0.0),
+    "ordering": (FaultKind.ORDERING, 0.0),
+    "skew": (FaultKind.RAISE, 1.0),
+}
+
+
+def fault_for(kind: str, trial: int) -> Fault:
     """Alternate the faulty pod between trials so neither pod is favoured."""
+    fault_kind, clock_offset_s = KINDS[kind]
     pod, other = ("train-worker-1", "train-worker-0") if trial % 2 == 0 else ("train-worker-0", "train-worker-1")
-    return Fault(kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0)
+    return Fault(fault_kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0,
+                 clock_offset_s=clock_offset_s)
 
 
 _TIMELINE_RE = re.compile(r"Agent timeline \(after the root cause\): (.*)")
@@ -103,8 +118,9 @@ def _quantiles(values: list[float]) -> str:
     return f"{statistics.median(ordered):5.2f}/{p90:5.2f} s"
 
 
-def run_kind(kind: FaultKind, trials: int, root: Path) -> None:
+def run_kind(kind: str, trials: int, root: Path) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
+    console_right = 0  # Go's rule on this plugin's files
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
     for trial in range(trials):
         fault = fault_for(kind, trial)
@@ -116,18 +132,23 @@ def run_kind(kind: FaultKind, trials: int, root: Path) -> None:
                            fault=fault, aggregation=aggregation)
             result = run_job(spec, work_dir=root / "pods")
             outcomes[label].append((decide(result) == result.injected_worker, result.fault_to_exit_s))
+            if label == "plugin":
+                console_right += go_rule_worker(result.output_prefix) == result.injected_worker
             if label == "plugin" and result.fault_ns is not None:
                 phases = pod_phases(result)
                 last = max(result.pods, key=lambda pod: pod.exited_ns).name
                 for which, pod in (("faulty pod", fault.pod), ("last pod", last)):
                     for phase, seconds in phases.get(pod, {}).items():
+                        if pod == fault.pod and phase in ("noticed", "ended", "reported"):
+                            seconds -= fault.clock_offset_s  # read off the skewed pod's own clock
                         breakdown[which].setdefault(phase, []).append(seconds)
     cells = []
     for label in ("plugin", "baseline"):
         ok = sum(correct for correct, _ in outcomes[label])
         times = [t for _, t in outcomes[label] if t is not None]
         cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {_quantiles(times)}")
-    print(f"{kind.value:<10} {cells[0]:>30} {cells[1]:>30}", flush=True)
+    console = f"{console_right}/{trials} ({100 * console_right / trials:.0f}%)"
+    print(f"{kind:<10} {cells[0]:>30} {console:>16} {cells[1]:>30}", flush=True)
     for which, phases in breakdown.items():
         row = " ".join(f"{phase} {_quantiles(phases.get(phase, []))}" for phase in PHASES)
         print(f"{'':<10}   {which:<10} fault -> {row}", flush=True)
@@ -136,15 +157,15 @@ def run_kind(kind: FaultKind, trials: int, root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--kinds", default="raise,sigkill,sigabrt,ordering")
+    parser.add_argument("--kinds", default=",".join(KINDS))
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-"))
     print(f"{args.trials} trials per kind; 2 pods x 2 workers; correct worker, median/p90 fault -> all pods exited")
     print("breakdown (this plugin, median/p90 from the fault): the faulty pod and the last pod to exit")
-    print(f"{'fault':<10} {'this plugin':>30} {'Elastic + Go rule':>30}")
+    print(f"{'fault':<10} {'this plugin (our reader)':>30} {'Go rule, ours':>16} {'Elastic + Go rule':>30}")
     for kind in args.kinds.split(","):
-        run_kind(FaultKind(kind), args.trials, root)
+        run_kind(kind, args.trials, root)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@
   (``rootcause_core.error_files``);
 - the ``ContainerError`` stamps flytekit cannot give: the root cause's time to the nanosecond
   (flytekit goes through a float, which loses sub-microsecond digits), and, for
-  root-cause errors, the report as the message (role marker first, ``rootcause_core.roles``).
+  root-cause errors, the report as the message (role marker first, ``rootcause_core.roles``)
+  ending with the pod's testimony (``rootcause_core.testimony``). A pod whose root cause is a
+  victim stamps its document ``VICTIM_STAMP_DELAY_NS`` after the failure, so that upstream Flyte's
+  earliest-timestamp rule, which the console shows, picks a root-cause candidate's document over
+  it despite clock skew between nodes; its testimony keeps the true time for this project's reader.
 
 Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
 
@@ -32,8 +36,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from backend_reader.documents import listing_key_for
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from rootcause_core.error_files import keyed_file_name, per_worker_stem
+from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
+from rootcause_core.testimony import PodTestimony, for_failure
 from rootcause_core.timestamps import to_protobuf
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
@@ -44,7 +50,6 @@ DIST_ERROR_STRATEGY_ENV_VARS: tuple[str, ...] = ("FLYTE_INTERNAL_DIST_ERROR_STRA
 
 #: The single error file every Flyte backend reads (and the only one without aggregation).
 SHARED_ERROR_FILE_NAME: str = ERROR_FILE_NAME
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +103,17 @@ def carried_root_cause(exc: BaseException | None) -> RootCauseDetails | None:
     return None
 
 
+def testimony(error: RootCauseDetails) -> PodTestimony:
+    """What this pod testifies about its root cause: its true time, and the stamp delay of a victim."""
+    return for_failure(error.timestamp_ns, victim=error.root_cause.role == Role.VICTIM)
+
+
 def exact_error_timestamp(exc: BaseException | None) -> Timestamp | None:
-    """The root cause's time at full precision, or ``None`` when ``exc`` carries none."""
+    """The document's time: the root cause's, to the ns (a victim's moved by its stamp delay), or
+    ``None`` when ``exc`` carries none."""
     error = carried_root_cause(exc)
-    if error is None or error.timestamp_ns is None:
-        return None
-    return to_protobuf(error.timestamp_ns)
+    stamped = None if error is None else testimony(error).stamped_ns()
+    return None if stamped is None else to_protobuf(stamped)
 
 
 def error_message(flytekit_message: str, exc: BaseException | None) -> str:
@@ -113,8 +123,8 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     root cause behind the role marker (which readers parse, ``rootcause_core.roles``), then comes
     the root cause's own traceback and one line per other failure. flytekit's text would open with
     the agent's internal traceback instead. A report without a marker (an error built by hand)
-    gets one. Messages of other errors stay flytekit's. Either is made safe and bounded
-    (``safe_text.bounded_text`` to ``MAX_REPORT_BYTES``).
+    gets one; its last line is the pod's testimony. Messages of other errors stay flytekit's.
+    Either is made safe and bounded (``safe_text.bounded_text``, to ``MAX_REPORT_BYTES`` in all).
     """
     error = carried_root_cause(exc)
     if error is None:
@@ -122,7 +132,8 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     report = error.report
     if role_from_marker(report.splitlines()[0] if report else "") is None:
         report = f"{role_marker(error.root_cause.role)} {report}"
-    return bounded_text(report, MAX_REPORT_BYTES)
+    last_line = testimony(error).line()
+    return f"{bounded_text(report, MAX_REPORT_BYTES - len(last_line) - 1)}\n{last_line}"
 
 
 def last_resort_document(exc: BaseException, worker: str) -> bytes:

@@ -4,7 +4,9 @@ The training task (``simulation.training``) calls :func:`maybe_inject` once per 
 fault names (pod name and local rank: the global rank a pod gets is decided by the rendezvous)
 then raises, dies by SIGKILL or SIGABRT, or hangs. ``ordering`` makes a worker on another pod
 raise its own, independent error ``second_delay_s`` after the first: the earlier one is the root
-cause even though both happen within the same wall-clock second.
+cause even though both happen within the same wall-clock second. ``clock_offset_s`` runs the faulty
+pod's wall clock that far ahead of the others' (``skewed_clock/sitecustomize.py``), as on a node
+whose clock is off: its failure then *looks* later than its victims' to anyone comparing stamps.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"
 FAULT_TIME_FILE = "fault_time_ns"
+#: Set in the skewed pod only: how far its wall clock runs ahead, in ns (read by ``sitecustomize``).
+CLOCK_OFFSET_VARIABLE = "ROOTCAUSE_SIM_CLOCK_OFFSET_NS"
 #: ORDERING: where the first failing worker will record its error (the second waits for that file).
 FIRST_ERROR_FILE = "first_error_file"
 
@@ -43,6 +47,7 @@ class Fault:
     second_pod: str | None = None  # ORDERING only: where the later, independent failure happens
     second_local_rank: int = 0
     second_delay_s: float = 0.05
+    clock_offset_s: float = 0.0  # how far the faulty pod's wall clock runs ahead of the others'
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -61,9 +66,10 @@ def _sim_dir() -> Path:
 
 
 def record_fault_time(path: Path) -> None:
-    """Ground truth for the simulator: when the fault happened (written before it happens)."""
+    """Ground truth for the simulator: when the fault happened (written before it happens), on the
+    machine's clock (a skewed pod's offset taken back out)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(str(time.time_ns()))
+    tmp.write_text(str(time.time_ns() - int(os.environ.get(CLOCK_OFFSET_VARIABLE) or 0)))
     tmp.replace(path)
 
 

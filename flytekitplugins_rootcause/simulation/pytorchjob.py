@@ -37,7 +37,13 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_rootcause.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from flytekitplugins_rootcause.simulation.faults import (
+    CLOCK_OFFSET_VARIABLE,
+    FAULT_TIME_FILE,
+    FAULT_VARIABLE,
+    SIM_DIR_VARIABLE,
+    Fault,
+)
 from flytekitplugins_rootcause.simulation.loopback import free_port
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
 from rootcause_core.timestamps import to_seconds
@@ -186,6 +192,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+#: ``sitecustomize`` that skews a pod's wall clock (a folder, not a package: only ``site`` loads it).
+SKEWED_CLOCK_DIR = Path(__file__).with_name("skewed_clock")
+
+
+def _clock_env(fault: Fault | None, pod: str, env: dict[str, str]) -> dict[str, str]:
+    """For the faulty pod of a fault with a clock offset: the variables that skew its wall clock."""
+    if fault is None or not fault.clock_offset_s or pod != fault.pod:
+        return {}
+    path = os.pathsep.join(p for p in (str(SKEWED_CLOCK_DIR), env.get("PYTHONPATH", "")) if p)
+    return {CLOCK_OFFSET_VARIABLE: str(int(fault.clock_offset_s * 1e9)), "PYTHONPATH": path}
+
+
 def pod_name(spec: JobSpec, index: int) -> str:
     return f"{spec.pod_name_prefix}-{index}"
 
@@ -235,7 +253,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 args,
-                env=env | {"FLYTE_INTERNAL_WORKER_NAME": name},
+                env=env | {"FLYTE_INTERNAL_WORKER_NAME": name} | _clock_env(spec.fault, name, env),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

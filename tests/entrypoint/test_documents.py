@@ -18,6 +18,8 @@ from flytekitplugins_rootcause.entrypoint.error_documents import (
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
+from rootcause_core.safe_text import MAX_REPORT_BYTES
+from rootcause_core.testimony import VICTIM_STAMP_DELAY_NS, PodTestimony, read_testimony
 from rootcause_core.timestamps import to_protobuf
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
 
@@ -93,16 +95,18 @@ def test_other_errors_have_no_exact_time_and_keep_their_message(error: Exception
 def test_root_cause_errors_carry_their_report_marker_first() -> None:
     error = ElasticRootCauseError("[root cause] rank 1 failed\n\nTraceback ...", failures(recoverable=False))
     message = error_message("Trace:\n\n  agent internals...", error)
-    assert message == error.report
+    testimony = PodTestimony(failed_at_ns=DEFAULT_TIMESTAMP_NS, stamp_delay_ns=0)
+    assert message == f"{error.report}\n{testimony.line()}"
     assert role_from_marker(message.splitlines()[0]) == Role.CANDIDATE
+    assert read_testimony(message) == testimony
     wrapped = FlyteUserRuntimeException(error)
-    assert error_message("Trace: ...", wrapped) == error.report
+    assert error_message("Trace: ...", wrapped) == message
 
 
 def test_marker_is_added_only_when_the_report_has_none() -> None:
     unmarked = ElasticRootCauseError("worker 3 ran out of memory", failures(recoverable=False))
     marked = error_message("Trace:\n\n  ...error=worker 3 ran out of memory", unmarked)
-    assert marked == "[root cause] worker 3 ran out of memory"
+    assert marked.splitlines()[0] == "[root cause] worker 3 ran out of memory"
     assert role_from_marker(marked) == Role.CANDIDATE
 
 
@@ -112,3 +116,20 @@ def test_only_victims_seen_gives_the_victim_marker() -> None:
     marked = error_message("Trace: ...", error)
     assert marked.startswith("[victim] ")
     assert role_from_marker(marked) == Role.VICTIM
+
+
+def test_a_victim_pod_stamps_its_document_later_and_testifies_the_true_time() -> None:
+    """Upstream Flyte's console picks the strictly earliest stamp: a victim's must lose to every root
+    cause within the clock skew between nodes; the true time is in the testimony line."""
+    victims_only = [failure.with_role(Role.VICTIM) for failure in failures(recoverable=True)]
+    error = ElasticRootCauseRecoverableError("[victim] rank 0 was torn down", victims_only)
+    assert exact_error_timestamp(error) == to_protobuf(DEFAULT_TIMESTAMP_NS + VICTIM_STAMP_DELAY_NS)
+    said = read_testimony(error_message("Trace: ...", error))
+    assert said == PodTestimony(failed_at_ns=DEFAULT_TIMESTAMP_NS, stamp_delay_ns=VICTIM_STAMP_DELAY_NS)
+
+
+def test_the_testimony_survives_a_report_cut_to_the_message_limit() -> None:
+    error = ElasticRootCauseError("[root cause] " + "x" * (2 * MAX_REPORT_BYTES), failures(recoverable=False))
+    message = error_message("Trace: ...", error)
+    assert len(message.encode()) <= MAX_REPORT_BYTES
+    assert read_testimony(message) == PodTestimony(failed_at_ns=DEFAULT_TIMESTAMP_NS, stamp_delay_ns=0)

@@ -14,6 +14,7 @@ from backend_reader.storage import is_transient
 from backend_reader.strategy import ErrorAggregationStrategy
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.safe_text import safe_line, safe_text
+from rootcause_core.testimony import VICTIM_STAMP_DELAY_NS, for_failure, with_testimony
 from rootcause_core.timestamps import rfc3339_ns
 from testbed.reader_support import BASE_NS, error_document
 
@@ -196,3 +197,18 @@ def test_transient_errors_are_recognised() -> None:
     assert not is_transient(FileNotFoundError())
     assert not is_transient(PermissionError())
     assert not is_transient(ValueError("bad request"))
+
+
+def test_a_victims_moved_stamp_is_read_back_as_its_true_time() -> None:
+    """A victim pod stamps its document late (for Flyte's earliest-timestamp rule); its testimony
+    gives the time it failed, and the reader orders and shows that time."""
+    message = with_testimony("[victim] rank 0 ... Connection closed by peer", for_failure(BASE_NS, victim=True))
+    record = parse(error_document(message, timestamp_ns=BASE_NS + VICTIM_STAMP_DELAY_NS))
+    assert isinstance(record, FailureRecord)
+    assert (record.timestamp_ns, record.role) == (BASE_NS, Role.VICTIM)
+
+
+def test_a_testimony_that_does_not_account_for_the_stamp_is_not_trusted() -> None:
+    message = with_testimony("[victim] torn down", for_failure(BASE_NS, victim=True))
+    record = parse(error_document(message, timestamp_ns=BASE_NS + 5))
+    assert isinstance(record, FailureRecord) and record.timestamp_ns == BASE_NS + 5

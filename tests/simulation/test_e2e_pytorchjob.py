@@ -3,7 +3,9 @@
 Each pod is the patched entrypoint started from the serialized task's container args, as the
 training operator would start it; the pods share one output prefix; ``backend_reader`` then reads
 every pod's error file as the propeller side would. The verdict must name the injected worker (pod)
-and the global rank the rendezvous gave it.
+and the global rank the rendezvous gave it; and upstream Flyte's own rule (strictly earliest
+timestamp, ``backend_reader.upstream_rule``), which is what the Flyte console shows, applied to the
+same files as they lie, must name the same pod.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from backend_reader import RemoteFileOutputReader
+from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
@@ -40,6 +43,9 @@ def _assert_verdict(result: JobResult, storage_options: dict | None = None) -> N
     assert (root.worker, root.global_rank) == (result.injected_worker, result.injected_rank), logs
     assert root.role == Role.CANDIDATE, logs
     assert {f.worker for f in read.failures} == {"train-worker-0", "train-worker-1"}, logs
+    fs = result.spec.store.filesystem()
+    console = earliest_error(result.output_prefix, fs)
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
 
 
 @pytest.mark.parametrize("kind", [FaultKind.RAISE, FaultKind.SIGKILL, FaultKind.SIGABRT])
@@ -59,6 +65,20 @@ def test_earlier_of_two_independent_errors_50ms_apart_wins(file_store: ObjectSto
     assert second.role == Role.CANDIDATE and second.worker == "train-worker-1"
     assert first.timestamp_ns < second.timestamp_ns
     assert_sub_second(first.timestamp_ns, second.timestamp_ns)
+
+
+def test_a_pod_whose_clock_runs_ahead_is_still_named_by_both_readers(file_store: ObjectStore,
+                                                                             tmp_path: Path) -> None:
+    """The faulty pod's clock is 5 s ahead: its failure is stamped later than its victims' by the
+    clocks, and only the victims' moved stamps keep upstream Flyte's earliest-timestamp rule right."""
+    fault = Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0, clock_offset_s=5.0)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path)
+    _assert_verdict(result)
+    read = RemoteFileOutputReader(result.output_prefix).read_all()
+    root, victim = read.failures[0], read.failures[-1]
+    assert victim.role == Role.VICTIM and victim.worker == "train-worker-0"
+    # what the clocks said: the root cause "after" its victim, so only roles can order them
+    assert root.timestamp_ns > victim.timestamp_ns
 
 
 def test_on_fake_gcs_server(gcs_store: ObjectStore, tmp_path: Path) -> None:
