@@ -93,6 +93,9 @@ RULES = [
                                               "flytekitplugins_rootcause.task"),
      ("flytekitplugins_rootcause.agent.failure_sink",)),
     ("flytekitplugins_rootcause.config", ("flytekitplugins_rootcause.task",), ()),
+    # the seam knows upstream, not the plugin: everything else calls it, never the other way round
+    ("flytekitplugins_rootcause.upstream", ("flytekitplugins_rootcause", "rootcause_core", "backend_reader"),
+     ("flytekitplugins_rootcause.upstream",)),
 ]
 
 
