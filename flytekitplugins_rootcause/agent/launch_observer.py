@@ -11,8 +11,9 @@ wraps that one function in the agent module, so that for each new process contex
 - on the function path, also wraps the ``torch.multiprocessing`` ``ProcessContext.join`` the
   context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
   hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
-  wrapper sees the failure first, notes teardown, and tears down with torch's own ``_close`` under
-  the configured grace; torch's join then finds everyone gone and reports the failed worker.
+  wrapper sees the failure first and ends the others itself under the configured grace
+  (:meth:`LaunchObserver.end_workers`); torch's join then finds everyone gone and reports the
+  failed worker.
 
 Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
 go through ``start_processes``, so both are covered. ``observing_launch`` also notes when the agent
@@ -229,10 +230,11 @@ class LaunchObserver:
 
         torch's ``MultiprocessContext._poll`` calls ``self._pc.join(-1)``; on a failure that join
         sends SIGTERM to the others and waits 30 s before SIGKILL (``grace_period=None``). This
-        wrapper does the same wait on the sentinels first; if a worker failed, it notes teardown,
-        runs torch's own ``_close`` with the configured grace, and puts the failed worker's sentinel
-        first, so that torch's join (which now finds every worker gone) reports that worker. A worker
-        whose error file exists has failed even before its process exits (it is unwinding).
+        wrapper does the same wait on the sentinels first; if a worker failed, it ends every live
+        worker with the configured grace (:meth:`end_workers`, which notes teardown first) and puts
+        the failed worker's sentinel first, so that torch's join (which now finds every worker gone)
+        reports that worker. A worker whose error file exists has failed even before its process
+        exits (it is unwinding).
 
         A worker that exits with code 0 before torch collected every return value failed too (it
         never returned: ``os._exit(0)``, or SIGINT, which torch's ``spawn._wrap`` turns into exit 0).
