@@ -4,8 +4,10 @@ The README's first command. It runs the multi-pod simulator on the embedded defa
 folder), injects the fault (by default a SIGKILL on one rank of pod 1, as the OOM killer would),
 lets every pod write its error file through the patched entrypoint, reads them all back with
 ``backend_reader`` exactly as the propeller side would, and prints the root-cause table, a line
-``root cause: <worker> rank <global rank>`` and where the files are. It exits non-zero when the
-reported worker is not the one the fault was injected into.
+``root cause: <worker> rank <global rank>``, what the Flyte console would show (upstream
+flytepropeller's own rule applied to the same files, ``backend_reader.upstream_rule``) and where the
+files are. It exits non-zero when either names another worker than the one the fault was injected
+into.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import click
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.render import print_table, table_console
+from backend_reader.upstream_rule import UpstreamReadError, earliest_error
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, pod_name, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
@@ -69,9 +72,15 @@ def main(kind: str, pod_index: int, local_rank: int, output_dir: Path) -> None:
     rank = "?" if root.global_rank is None else str(root.global_rank)
     console.print(f"root cause: {root.worker} rank {rank}", highlight=False)
     console.print(f"injected:   {result.injected_worker} rank {result.injected_rank}", highlight=False)
+    try:
+        pick = earliest_error(result.output_prefix)
+        shown = pick.worker if pick is not None else None
+    except UpstreamReadError as error:
+        shown = f"(the read fails: {error})"
+    console.print(f"Flyte console (upstream rule, aggregation on): {shown}", highlight=False)
     console.print(f"error files: {result.output_prefix}", highlight=False)
     console.print(f"pod logs:    {result.sim_dir}", highlight=False)
-    correct = root.worker == result.injected_worker and (
+    correct = shown == root.worker == result.injected_worker and (
         root.global_rank is None or root.global_rank == result.injected_rank
     )
     if not correct:
