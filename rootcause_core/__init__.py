@@ -13,4 +13,6 @@ imported by the plugin for the same definitions. Each item has exactly one home 
 - :mod:`rootcause_core.error_files`: error file names and the listing key in them;
 - :mod:`rootcause_core.safe_text`: bounded, printable text from hostile messages;
 - :mod:`rootcause_core.timeline`: failures as offsets from the root cause.
+- :mod:`rootcause_core.testimony`: what a pod says about its failure beyond ``ContainerError``'s
+  fields (its true time when a victim's stamp is moved for Flyte's earliest-timestamp rule).
 """
