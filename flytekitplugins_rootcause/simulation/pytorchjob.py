@@ -46,14 +46,14 @@ from flytekitplugins_rootcause.simulation.faults import (
 )
 from flytekitplugins_rootcause.simulation.loopback import free_port
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
-from rootcause_core.timestamps import to_seconds
+from rootcause_core.timestamps import from_seconds, to_seconds
+from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
 
 #: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.
 _POD_CONTROLLED = (
     "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
     "_F_DES",
-    "FLYTE_INTERNAL_WORKER_NAME",
-    "_F_WN",
+    *WORKER_NAME_ENV_VARS,
     "PET_NNODES",
     "PET_NPROC_PER_NODE",
     "PET_RDZV_ENDPOINT",
@@ -201,7 +201,7 @@ def _clock_env(fault: Fault | None, pod: str, env: dict[str, str]) -> dict[str, 
     if fault is None or not fault.clock_offset_s or pod != fault.pod:
         return {}
     path = os.pathsep.join(p for p in (str(SKEWED_CLOCK_DIR), env.get("PYTHONPATH", "")) if p)
-    return {CLOCK_OFFSET_VARIABLE: str(int(fault.clock_offset_s * 1e9)), "PYTHONPATH": path}
+    return {CLOCK_OFFSET_VARIABLE: str(from_seconds(fault.clock_offset_s)), "PYTHONPATH": path}
 
 
 def pod_name(spec: JobSpec, index: int) -> str:
