@@ -39,7 +39,7 @@ from rootcause_core.error_files import keyed_file_name, per_worker_stem
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
-from rootcause_core.testimony import PodTestimony, for_failure
+from rootcause_core.testimony import PodTestimony, for_failure, with_testimony
 from rootcause_core.timestamps import to_protobuf
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
@@ -132,8 +132,8 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     report = error.report
     if role_from_marker(report.splitlines()[0] if report else "") is None:
         report = f"{role_marker(error.root_cause.role)} {report}"
-    last_line = testimony(error).line()
-    return f"{bounded_text(report, MAX_REPORT_BYTES - len(last_line) - 1)}\n{last_line}"
+    said = testimony(error)
+    return with_testimony(bounded_text(report, MAX_REPORT_BYTES - len(said.line()) - 1), said)
 
 
 def last_resort_document(exc: BaseException, worker: str) -> bytes:
