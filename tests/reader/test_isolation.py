@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -67,9 +68,15 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
     torch: it holds exactly the repository's ``backend_reader`` and ``rootcause_core`` modules, and
     declares a dependency for every third-party package they import."""
     root = PACKAGE_DIR.parent
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
-    subprocess.run([*build, str(root / "distributions" / "backend-reader")], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("*.whl")
+    # Built from a copy (links followed, no build/ or egg-info): setuptools reuses a stale build/lib
+    # in the source folder, which once shipped a module the repository no longer has.
+    source = tmp_path / "backend-reader"
+    shutil.copytree(root / "distributions" / "backend-reader", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
+    subprocess.run([*build, str(source)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         metadata_name = next(name for name in names if name.endswith(".dist-info/METADATA"))
