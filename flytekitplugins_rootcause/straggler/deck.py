@@ -59,7 +59,7 @@ def _table(report: StragglerReport) -> str:
 
 
 def _chart(nodes: list[NodeResult], thresholds: dict[str, float]) -> str:
-    """Grouped bars per node: compute and network score (see ``decision.py``: lowest round score)."""
+    """Grouped bars per node: compute and network score (see ``decision.py``: median trial ratio over every round)."""
     scores = [s for n in nodes for s in (n.compute_score, n.comm_score) if s is not None]
     top = max([1.2, *(t * 1.2 for t in thresholds.values()), *scores])
     bar_w, gap, left, height, plot_h = 18, 14, 40, 220, 170
