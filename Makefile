@@ -21,9 +21,10 @@ $(STAMP): setup.cfg pyproject.toml distributions/backend-reader/pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/rootcause-demo
 
+# two pytest workers: most tests wait on real processes and servers, so two run in the time of one
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -156,7 +156,7 @@ def test_issue_messages_reach_the_reader_and_the_go_rule(file_store: ObjectStore
     assert names and all(len(read_bytes(file_store, f"{prefixes.output}/{n}")) < MAX_DOCUMENT_BYTES for n in names)
 
     cli = subprocess.run([CLI, "read", prefixes.output, "--format", "json"], capture_output=True, text=True,
-                         timeout=120, check=False)
+                         timeout=240, check=False)
     assert cli.returncode == 0, cli.stderr
     answer = json.loads(cli.stdout)
     assert answer["skipped"] == [] and answer["error"]["worker"] == "pod-0"

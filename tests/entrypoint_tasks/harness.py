@@ -123,7 +123,7 @@ def run_task(
         env=pod_env(store, **env),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         check=False,
     )
     return Run(completed.returncode, completed.stdout, completed.stderr)
