@@ -1,6 +1,6 @@
 """End-to-end accuracy and time to exit: this plugin vs flytekit's Elastic + pyflyte-execute + Go's rule.
 
-Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,sigabrt,ordering,skew]``.
+Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,vanish]`` (default: all kinds).
 
 Each trial runs a simulated 2-pod x 2-worker PyTorchJob (``flytekitplugins_rootcause.simulation``)
 with one fault, twice:
@@ -13,9 +13,10 @@ with one fault, twice:
   ``error-<uuid>.pb``), decided by Flyte's Go reading rule: list ``error*.pb``, earliest timestamp,
   a missing timestamp counts as 1970, ties by file name.
 
-Fault kinds: raise, sigkill, sigabrt, ordering (two independent errors 50 ms apart), and skew (a
-raise in a pod whose wall clock runs 1 s ahead of the others'). A trial is correct when the decided
-worker is the pod the fault was injected into. Printed: the
+Fault kinds: raise, sigkill, sigabrt, ordering (two independent errors 50 ms apart), skew (a
+raise in a pod whose wall clock runs 1 s ahead of the others'), and vanish (every process of the
+faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it).
+A trial is correct when the decided worker is the pod the fault was injected into. Printed: the
 share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
 this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
 agent noticed the failure, -> its surviving workers ended, -> its root-cause report was raised (all
@@ -65,6 +66,7 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "sigabrt": (FaultKind.SIGABRT, 0.0),
     "ordering": (FaultKind.ORDERING, 0.0),
     "skew": (FaultKind.RAISE, 1.0),
+    "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
 }
 
 

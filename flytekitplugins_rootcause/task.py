@@ -14,7 +14,10 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
    unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;
 4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
    with the shared rule and a timestamped ``ElasticRootCauseError`` (or its recoverable twin) is
-   raised in its place. torch itself reports only the first failure its poll happened to find.
+   raised in its place. torch itself reports only the first failure its poll happened to find;
+5. the pods keep track of each other (:mod:`flytekitplugins_rootcause.agent.peer_watch`): when only
+   victims failed here, the report names the peer pods that are gone (a lost node leaves no error
+   file of its own), and the error document carries the attempt's members and those lost peers.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ from flytekit.configuration import SerializationSettings
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
+from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
 from flytekitplugins_rootcause.agent.diagnosis.deck import publish_timeline_deck
 from flytekitplugins_rootcause.agent.diagnosis.root_cause import agent_timeline, diagnose, root_cause_error
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
+from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
+from flytekitplugins_rootcause.agent.rendezvous_host import this_agent_hosts_rendezvous
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.config import ElasticRootCause
@@ -45,6 +52,9 @@ from flytekitplugins_rootcause.worker.process_settings import (
     before_user_function,
 )
 from flytekitplugins_rootcause.worker.recorder import RecordingTaskFunction
+from rootcause_core.ordering import Role
+from rootcause_core.safe_text import exception_summary
+from rootcause_core.worker_names import current_worker_name
 
 __all__ = ["PATCHED_ENTRYPOINT", "ElasticRootCauseFunctionTask", "root_cause_error"]
 
@@ -94,28 +104,58 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
     def _execute(self, **kwargs: Any) -> Any:
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
         settings = watchdog_settings(self.task_config)
+        peers = PeerWatch(current_worker_name(), hosts_store=this_agent_hosts_rendezvous)
         with task_function_swapped(self, recording), DeathWatcher() as watcher:
             observer = LaunchObserver(watcher, teardown_grace_s=self.task_config.teardown_grace_s)
             try:
                 with (
                     applied_environment(agent_environment(self.task_config)),
                     exceptions_preformatted(),
-                    observing_launch(observer),
+                    observing_launch(observer, peers),
                     AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
                 ):
                     return super()._execute(**kwargs)
             except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                 child_failed = _child_failed_error(exc)
-                if child_failed is None:
+                error = None if child_failed is None else _root_cause_error(observer, peers, child_failed)
+                if error is None:
                     raise
-                failures = diagnose(observer, child_failed)
-                if not failures:
-                    logger.warning("no failed worker found in the launch; reporting torch's error as is")
-                    raise
-                error = root_cause_error(failures, note=agent_timeline(observer, failures))
-                publish_timeline_deck(failures)
-                logger.error("Root cause of the elastic launch failure:\n%s", error)
                 raise error from None
+            except (RendezvousError, DistError) as exc:
+                # torch's agent lost the rendezvous store (its host pod is gone) before it saw its
+                # workers fail: diagnose the attempt all the same, if one was started
+                error = None if observer.last_attempt() is None else _root_cause_error(observer, peers, None, exc)
+                if error is None:
+                    raise
+                raise error from None
+            finally:
+                peers.stop()
+
+
+def _root_cause_error(
+    observer: LaunchObserver,
+    peers: PeerWatch,
+    child_failed: ChildFailedError | None,
+    agent_error: BaseException | None = None,
+) -> Exception | None:
+    """The root-cause error for a failed launch; ``None`` when no worker failure was found.
+
+    ``agent_error``: what ended torch's agent when it was not a worker failure (a lost store).
+    """
+    peers.announce_failure()  # first: the other pods must not take this one for lost
+    failures = diagnose(observer, child_failed)
+    if not failures:
+        logger.warning("no failed worker found in the launch; reporting torch's error as is")
+        return None
+    # only victims here: was the peer that failed us lost with its whole pod?
+    lost = peers.lost_peers() if failures[0].role == Role.VICTIM else ()
+    note = agent_timeline(observer, failures)
+    if agent_error is not None:
+        note = f"The agent itself failed: {exception_summary(agent_error)}\n{note}"
+    error = root_cause_error(failures, note=note, members=peers.members(), lost_peers=lost)
+    publish_timeline_deck(failures)
+    logger.error("Root cause of the elastic launch failure:\n%s", error)
+    return error
 
 
 TaskPlugins.register_pythontask_plugin(ElasticRootCause, ElasticRootCauseFunctionTask)

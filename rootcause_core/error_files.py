@@ -16,7 +16,8 @@ group; more groups only while none of those could be read.
 
 Format: ``<stem>.rc1<role><time>.pb``, where ``<stem>`` is ``error-<sanitized worker>-<uuid hex>``
 (``error-<uuid hex>`` for flytekit's own files), ``rc1`` names this format and its version, role is
-``c`` (candidate) or ``v`` (victim), and time is the error's time in ns since the epoch (signed)
+``c`` (candidate), ``l`` (lost peer: written by a survivor for a pod that wrote nothing) or ``v``
+(victim), and time is the error's time in ns since the epoch (signed)
 or ``n`` when it has none. For example
 ``error-train-worker-1-3f2b...e9.rc1c1790000000123456789.pb``. Every name that does not end so
 (flytekit's ``error-<uuid>.pb`` ends in 32 hex digits) simply has no listing key and is read.
@@ -44,10 +45,11 @@ ERROR_FILE_STEM = "error"
 PROTO_SUFFIX = ".pb"
 
 FORMAT_TAG = "rc1"
-_ROLE_LETTERS = {Role.CANDIDATE: "c", Role.VICTIM: "v"}
+_ROLE_LETTERS = {Role.CANDIDATE: "c", Role.VICTIM: "v", Role.LOST_PEER: "l"}
+_LETTER_ROLES = {letter: role for role, letter in _ROLE_LETTERS.items()}
 _NO_TIME = "n"
 _KEYED_NAME = re.compile(
-    rf"^(?P<stem>{ERROR_FILE_STEM}.*)\.{FORMAT_TAG}(?P<role>[cv])(?P<time>-?[0-9]{{1,21}}|{_NO_TIME})"
+    rf"^(?P<stem>{ERROR_FILE_STEM}.*)\.{FORMAT_TAG}(?P<role>[cvl])(?P<time>-?[0-9]{{1,21}}|{_NO_TIME})"
     rf"{re.escape(PROTO_SUFFIX)}$"
 )
 
@@ -109,6 +111,6 @@ def listing_key_of(name: str) -> ListingKey | None:
     match = _KEYED_NAME.match(name)
     if match is None:
         return None
-    role = Role.CANDIDATE if match["role"] == "c" else Role.VICTIM
+    role = _LETTER_ROLES[match["role"]]
     time = None if match["time"] == _NO_TIME else int(match["time"])
     return ListingKey(role, time)

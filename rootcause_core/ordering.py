@@ -7,8 +7,10 @@ pure (no I/O, no clocks) so the same inputs always give the same answer.
 
 The rule (``docs/design.md``, strategy ``earliest`` made robust):
 
-1. root-cause candidates before victims (a victim died *because* another worker failed: it was
-   torn down by the agent, or a collective failed because a peer left);
+1. root-cause candidates before lost peers before victims (a victim died *because* another worker
+   failed: it was torn down by the agent, or a collective failed because a peer left; a *lost peer*
+   is a pod that left no error of its own and that its peers testified about: a pod's own report of
+   a failure outranks what others say about it);
 2. then by time, earliest first; a failure with no time sorts after every timed one (Flyte's Go
    reader treats a missing timestamp as 1970, which makes an old writer's file always win);
 3. then by global rank, then worker name, then source (file name): a total order, so ties never
@@ -26,7 +28,13 @@ class Role(enum.StrEnum):
     """Why a worker failed, as far as its own evidence tells."""
 
     CANDIDATE = "candidate"
+    #: A pod that wrote nothing itself (lost node, preemption, eviction), named by its peers'
+    #: testimony (``rootcause_core.testimony``): a cause, but hearsay, so after any own report.
+    LOST_PEER = "lost-peer"
     VICTIM = "victim"
+
+
+_ROLE_RANK = {Role.CANDIDATE: 0, Role.LOST_PEER: 1, Role.VICTIM: 2}
 
 
 class TimeSource(enum.StrEnum):
@@ -76,7 +84,7 @@ def role_time_key(role: Role, timestamp_ns: int | None) -> tuple[int, int, int]:
     ``rootcause_core.error_files``): equal prefixes still need the full key to break the tie.
     """
     return (
-        0 if role == Role.CANDIDATE else 1,
+        _ROLE_RANK[role],
         _NO_VALUE if timestamp_ns is None else 0,
         0 if timestamp_ns is None else timestamp_ns,
     )

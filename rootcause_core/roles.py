@@ -72,12 +72,14 @@ def is_teardown_signal(name: str | None) -> bool:
 # The marker starts the report; flytekit's own formatting may put text before the report
 # ("Trace: ... Message: ... ElasticRootCauseError: USER:RuntimeError: error=[root cause] ..."),
 # so the first marker that starts a line or follows whitespace or "=" counts.
-_MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim)\] ", re.IGNORECASE)
+_MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim|lost pod)\] ", re.IGNORECASE)
+_MARKERS = {Role.VICTIM: "[victim]", Role.LOST_PEER: "[lost pod]", Role.CANDIDATE: "[root cause]"}
+_MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_PEER, "root cause": Role.CANDIDATE}
 
 
 def role_marker(role: Role) -> str:
     """The prefix this plugin puts on the first line of every error message it writes."""
-    return "[victim]" if role == Role.VICTIM else "[root cause]"
+    return _MARKERS[role]
 
 
 def role_from_marker(message: str) -> Role | None:
@@ -85,7 +87,7 @@ def role_from_marker(message: str) -> Role | None:
     match = _MARKER_RE.search(message)
     if match is None:
         return None
-    return Role.VICTIM if match.group(1).lower() == "victim" else Role.CANDIDATE
+    return _MARKED_ROLES[match.group(1).lower()]
 
 
 _REPORT_RANK_RE = re.compile(r"(?:^|[\s=])\[(?:root cause|victim)\] rank (\d+) ", re.IGNORECASE)

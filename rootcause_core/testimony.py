@@ -15,12 +15,27 @@ and small (propeller keeps a message's head and tail when it cuts one, so the li
 Fields: ``failed_at_ns`` (the failure's true time, ns since the epoch, or absent) and
 ``stamp_delay_ns`` (how far the document's timestamp was moved after it; 0 for candidates). A reader
 that finds no valid line (older writers, a hand-written document) uses the timestamp as it is.
+
+Pods also testify about their peers (issue: a pod that vanishes leaves no error of its own):
+
+- ``members``: the failed attempt as the rendezvous formed it, one entry per pod,
+  ``[group rank, worker, first global rank, workers, hosts the store (0/1)]``; left out (with
+  ``member_count`` kept) when the line would exceed :data:`MAX_TESTIMONY_CHARS`;
+- ``lost``: the peers this pod found gone when its own workers failed as victims,
+  ``[group rank, worker, last seen alive ns (the peer's own heartbeat clock) or null]``;
+- ``reported_by``: set only on a document a survivor writes *for* a lost pod (whose ``worker`` is
+  the lost pod): who testified. Such a document is stamped :data:`LOST_PEER_STAMP_DELAY_NS` after
+  the moment its peers lost their connections, so under the Go rule it comes after any real
+  root-cause document (stamped at its failure) and before every victim's (stamped
+  ``VICTIM_STAMP_DELAY_NS`` after theirs).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from rootcause_core.timestamps import rfc3339_ns
 
 #: Starts the testimony line; the version changes when a field's meaning does.
 TESTIMONY_TAG = "[rootcause testimony v1] "
@@ -31,6 +46,10 @@ TESTIMONY_TAG = "[rootcause testimony v1] "
 #: cause), the time the console shows is still near the failure.
 VICTIM_STAMP_DELAY_NS = 60 * 1_000_000_000
 
+#: How far after its peers lost it a document written *for* a lost pod is stamped (see the module
+#: docstring): between a real root cause (0) and a victim (:data:`VICTIM_STAMP_DELAY_NS`).
+LOST_PEER_STAMP_DELAY_NS = 30 * 1_000_000_000
+
 #: Longest testimony line accepted: a reader never parses an unbounded JSON text.
 MAX_TESTIMONY_CHARS = 4096
 
@@ -38,27 +57,129 @@ _MAX_ABS_NS = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
+class Member:
+    """One pod of the attempt, as the rendezvous placed it."""
+
+    group_rank: int
+    worker: str
+    first_rank: int
+    workers: int
+    hosts_store: bool = False
+
+    @property
+    def global_ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.workers)
+
+    def entry(self) -> list[object]:
+        return [self.group_rank, self.worker, self.first_rank, self.workers, int(self.hosts_store)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LostPeer:
+    """A peer pod found gone: neither did it report a failure nor did its heartbeat go on."""
+
+    group_rank: int
+    worker: str
+    last_seen_ns: int | None
+
+    def entry(self) -> list[object]:
+        return [self.group_rank, self.worker, self.last_seen_ns]
+
+
+@dataclasses.dataclass(frozen=True)
 class PodTestimony:
-    """What a pod says about its own failure (more fields join as pods testify about peers)."""
+    """What a pod says about its own failure, and about its peers."""
 
     failed_at_ns: int | None
     stamp_delay_ns: int = 0
+    members: tuple[Member, ...] = ()
+    member_count: int | None = None
+    lost: tuple[LostPeer, ...] = ()
+    reported_by: str | None = None
 
     def stamped_ns(self) -> int | None:
         """The time the document's ``ContainerError.timestamp`` carries."""
         return None if self.failed_at_ns is None else self.failed_at_ns + self.stamp_delay_ns
 
     def line(self) -> str:
-        """The message's last line for this testimony."""
-        fields: dict[str, int] = {"stamp_delay_ns": self.stamp_delay_ns}
+        """The message's last line for this testimony (members left out if it would be too long)."""
+        fields: dict[str, object] = {}
         if self.failed_at_ns is not None:
-            fields = {"failed_at_ns": self.failed_at_ns, **fields}
-        return TESTIMONY_TAG + json.dumps(fields, separators=(",", ":"))
+            fields["failed_at_ns"] = self.failed_at_ns
+        fields["stamp_delay_ns"] = self.stamp_delay_ns
+        if self.reported_by is not None:
+            fields["reported_by"] = self.reported_by
+        if self.lost:
+            fields["lost"] = [peer.entry() for peer in self.lost]
+        count = self.member_count if self.member_count is not None else (len(self.members) or None)
+        if count is not None:
+            fields["member_count"] = count
+        compact = TESTIMONY_TAG + json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
+        if self.members:
+            full = TESTIMONY_TAG + json.dumps(
+                {**fields, "members": [m.entry() for m in self.members]}, separators=(",", ":"), ensure_ascii=True
+            )
+            if len(full) <= MAX_TESTIMONY_CHARS:
+                return full
+        return compact
 
 
-def for_failure(failed_at_ns: int | None, *, victim: bool) -> PodTestimony:
+def for_failure(
+    failed_at_ns: int | None,
+    *,
+    victim: bool,
+    members: tuple[Member, ...] = (),
+    lost: tuple[LostPeer, ...] = (),
+) -> PodTestimony:
     """The testimony a pod gives for its root-cause failure (its own, or a victim's)."""
-    return PodTestimony(failed_at_ns=failed_at_ns, stamp_delay_ns=VICTIM_STAMP_DELAY_NS if victim else 0)
+    return PodTestimony(
+        failed_at_ns=failed_at_ns,
+        stamp_delay_ns=VICTIM_STAMP_DELAY_NS if victim else 0,
+        members=members,
+        lost=lost,
+    )
+
+
+def for_lost_peer(
+    peer: LostPeer, *, noticed_ns: int, reported_by: str, members: tuple[Member, ...] = ()
+) -> PodTestimony:
+    """The testimony on a document a survivor writes for a lost ``peer`` (see the module docstring).
+
+    Its true time is the peer's last sign of life when known (it was lost after that), else the
+    moment the survivor's workers lost their connections.
+    """
+    failed_at = peer.last_seen_ns if peer.last_seen_ns is not None else noticed_ns
+    return PodTestimony(
+        failed_at_ns=failed_at,
+        stamp_delay_ns=max(0, noticed_ns + LOST_PEER_STAMP_DELAY_NS - failed_at),
+        members=members,
+        lost=(peer,),
+        reported_by=reported_by,
+    )
+
+
+def describe_lost_peer(peer: LostPeer, *, noticed_ns: int, reported_by: str | None = None) -> str:
+    """What is known of a lost peer, for a person: who, when its peers lost it, when it was last seen.
+
+    One paragraph, shared by the victim's report (which names the peers it found lost) and the
+    document a survivor writes for the lost pod (``[lost pod]`` marker in front).
+    """
+    seen = "never seen alive by its peers"
+    if peer.last_seen_ns is not None:
+        seen = f"last seen alive at {_when(peer.last_seen_ns)}"
+    by = f" (reported by {reported_by})" if reported_by else ""
+    return (
+        f"pod {peer.worker} (group rank {peer.group_rank}) is lost: no error file from this pod; its peers "
+        f"lost their connections to it at {_when(noticed_ns)}{by}; {seen}. Likely node loss, "
+        "preemption or pod eviction: check the node's and the pod's events."
+    )
+
+
+def _when(timestamp_ns: int) -> str:
+    try:
+        return rfc3339_ns(timestamp_ns)
+    except (OverflowError, ValueError):  # a time no calendar holds: show the number
+        return f"{timestamp_ns} ns since the epoch"
 
 
 def with_testimony(message: str, testimony: PodTestimony) -> str:
@@ -82,7 +203,54 @@ def read_testimony(message: str) -> PodTestimony | None:
         return None
     if not _is_ns(delay) or delay < 0:
         return None
-    return PodTestimony(failed_at_ns=failed_at, stamp_delay_ns=delay)
+    reported_by = fields.get("reported_by")
+    members = _members(fields.get("members"))
+    count = _count(fields.get("member_count"))
+    return PodTestimony(
+        failed_at_ns=failed_at,
+        stamp_delay_ns=delay,
+        members=members,
+        member_count=None if count == len(members) else count,  # kept only where members were left out
+        lost=_lost(fields.get("lost")),
+        reported_by=reported_by if isinstance(reported_by, str) and reported_by else None,
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1_000_000 else None
+
+
+def _members(value: object) -> tuple[Member, ...]:
+    """Valid member entries (an invalid entry is dropped, never the whole testimony)."""
+    if not isinstance(value, list):
+        return ()
+    members = []
+    for entry in value:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 5
+            and all(_count(entry[i]) is not None for i in (0, 2, 3))
+            and isinstance(entry[1], str)
+            and entry[4] in (0, 1)
+        ):
+            members.append(Member(entry[0], entry[1], entry[2], entry[3], bool(entry[4])))
+    return tuple(members)
+
+
+def _lost(value: object) -> tuple[LostPeer, ...]:
+    if not isinstance(value, list):
+        return ()
+    lost = []
+    for entry in value:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and _count(entry[0]) is not None
+            and isinstance(entry[1], str)
+            and (entry[2] is None or _is_ns(entry[2]))
+        ):
+            lost.append(LostPeer(entry[0], entry[1], entry[2]))
+    return tuple(lost)
 
 
 def _is_ns(value: object) -> bool:

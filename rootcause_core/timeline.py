@@ -15,6 +15,8 @@ from rootcause_core.ordering import OrderableFailure, Role
 from rootcause_core.timestamps import to_seconds
 
 ROOT_CAUSE = "root-cause"
+#: How a failure that is not the root cause is labelled on the timeline.
+_ROLE_LABELS = {Role.CANDIDATE: "candidate", Role.LOST_PEER: "lost-pod", Role.VICTIM: "victim"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +41,7 @@ def build_timeline(failures: Sequence[OrderableFailure], summaries: Sequence[str
         offset = None
         if failure.timestamp_ns is not None and origin is not None:
             offset = to_seconds(failure.timestamp_ns - origin)
-        role = ROOT_CAUSE if index == 0 else ("victim" if failure.role == Role.VICTIM else "candidate")
+        role = ROOT_CAUSE if index == 0 else _ROLE_LABELS[failure.role]
         summary = summaries[index] if summaries is not None else ""
         entries.append(TimelineEntry(failure_label(failure.worker, failure.global_rank), offset, role, summary))
     return entries

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher, ProcessExit
+from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
 from flytekitplugins_rootcause.upstream import torch_elastic
 
@@ -387,20 +388,27 @@ def _agent_objects_frozen() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
+def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -> Iterator[LaunchObserver]:
     """Route the agent's ``start_processes``, rendezvous and exit barrier through ``observer``.
 
     For the launch only (:mod:`flytekitplugins_rootcause.upstream.torch_elastic` says where torch
     looks these up): every process context torch starts is registered with the observer (the
     watcher's thread paused and the agent's objects frozen while the workers are forked), and the
     observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
-    watchdog gives each phase its own time limit).
+    watchdog gives each phase its own time limit). ``peers`` learns each round the agent joins, and
+    its heartbeat is paused while workers are forked too (its owner stops it: it must go on beating
+    while the failure is diagnosed, so that the other pods see this one alive).
     """
 
     def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
-            # no watcher thread while the workers are forked, and no agent object they may collect
-            with observer.watcher.paused(), _agent_objects_frozen():
+            # no watcher or heartbeat thread busy while the workers are forked, and no agent object
+            # they may collect
+            with (
+                observer.watcher.paused(),
+                peers.paused() if peers is not None else contextlib.nullcontext(),
+                _agent_objects_frozen(),
+            ):
                 pcontext = original(*args, **kwargs)
             observer.on_started(pcontext)
             return pcontext
@@ -410,7 +418,9 @@ def observing_launch(observer: LaunchObserver) -> Iterator[LaunchObserver]:
     with (
         torch_elastic.patch_start_processes(start_and_observe),
         torch_elastic.patch_agent_phases(
-            on_rendezvous=observer.on_rendezvous, on_exit_barrier=observer.on_exit_barrier
+            on_rendezvous=observer.on_rendezvous,
+            on_exit_barrier=observer.on_exit_barrier,
+            after_rendezvous=None if peers is None else peers.joined,
         ),
     ):
         yield observer

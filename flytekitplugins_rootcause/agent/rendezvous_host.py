@@ -1,10 +1,12 @@
-"""Does this pod's agent host the job's rendezvous store? (``exclude`` must never drop that pod.)
+"""Does this pod's agent host the job's rendezvous store?
 
 With the c10d rendezvous backend, one agent (the pod matching ``PET_RDZV_ENDPOINT``, worker 0 in
 a PyTorchJob) runs the TCPStore every agent rendezvouses through. If that pod left the job, the
-others could not re-rendezvous: the store would leave with it. The worker finds out by asking
-Linux whether its parent (the agent) holds a listening socket on the endpoint's port; /proc is
-shared within a pod, and the answer is exact even when every agent runs on one host, as in tests.
+others could not re-rendezvous: the store would leave with it. So the straggler check's ``exclude``
+must never drop that pod, and when that pod is lost its peers can no longer reach the store at all
+(``peer_watch.py`` names it then). An agent, or a worker about its parent agent, finds out by asking
+Linux whether the agent process holds a listening socket on the endpoint's port; /proc is shared
+within a pod, and the answer is exact even when every agent runs on one host, as in tests.
 """
 
 from __future__ import annotations
@@ -60,9 +62,19 @@ def process_listens_on(pid: int, port: int, proc: Path = Path("/proc")) -> bool:
     return False
 
 
-def agent_hosts_rendezvous() -> bool | None:
-    """True/False for this worker's agent (its parent); None when ``PET_RDZV_ENDPOINT`` is not set."""
+def hosts_rendezvous(agent_pid: int) -> bool | None:
+    """True/False for the agent process ``agent_pid``; None when ``PET_RDZV_ENDPOINT`` is not set."""
     port = endpoint_port(os.environ.get("PET_RDZV_ENDPOINT"))
     if port is None:
         return None
-    return process_listens_on(os.getppid(), port)
+    return process_listens_on(agent_pid, port)
+
+
+def agent_hosts_rendezvous() -> bool | None:
+    """For a worker: does its agent (its parent) host the store? None without ``PET_RDZV_ENDPOINT``."""
+    return hosts_rendezvous(os.getppid())
+
+
+def this_agent_hosts_rendezvous() -> bool:
+    """For the agent itself: does this process host the store?"""
+    return bool(hosts_rendezvous(os.getpid()))

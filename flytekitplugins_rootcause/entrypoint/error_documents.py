@@ -39,8 +39,16 @@ from rootcause_core.error_files import keyed_file_name, per_worker_stem
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
-from rootcause_core.testimony import PodTestimony, for_failure, with_testimony
+from rootcause_core.testimony import (
+    PodTestimony,
+    describe_lost_peer,
+    for_failure,
+    for_lost_peer,
+    read_testimony,
+    with_testimony,
+)
 from rootcause_core.timestamps import to_protobuf
+from rootcause_core.worker_names import display_worker_name
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -104,8 +112,54 @@ def carried_root_cause(exc: BaseException | None) -> RootCauseDetails | None:
 
 
 def testimony(error: RootCauseDetails) -> PodTestimony:
-    """What this pod testifies about its root cause: its true time, and the stamp delay of a victim."""
-    return for_failure(error.timestamp_ns, victim=error.root_cause.role == Role.VICTIM)
+    """What this pod testifies: its root cause's true time, a victim's stamp delay, the attempt's
+    members and the peers it found lost."""
+    return for_failure(
+        error.timestamp_ns,
+        victim=error.root_cause.role == Role.VICTIM,
+        members=error.members,
+        lost=error.lost_peers,
+    )
+
+
+#: ``ContainerError.code`` of a document written for a lost pod (flytekit's ``ORIGIN:Name`` form).
+LOST_POD_CODE = "SYSTEM:LostPod"
+
+
+def lost_peer_documents(document: bytes) -> list[tuple[str, bytes]]:
+    """For each peer this pod's document names as lost: ``(that pod's name, a document for it)``.
+
+    A lost pod writes nothing, so its peers write for it (``rootcause_core.testimony``): the
+    document's ``worker`` is the lost pod, its message says what is known (``[lost pod]`` marker
+    first), its kind is recoverable and its origin the system (a lost node is nobody's code), and it
+    is stamped ``LOST_PEER_STAMP_DELAY_NS`` after the moment the peers lost it. Decided from the
+    document itself, so the normal path and the watchdog's last-resort path write the same. A
+    document that is itself written for a lost pod, or that names none, yields nothing.
+    """
+    parsed = errors_pb2.ErrorDocument()
+    try:
+        parsed.ParseFromString(document)
+    except Exception:  # not ours to judge here: the pod's own document is written as it is
+        return []
+    said = read_testimony(parsed.error.message)
+    if said is None or said.reported_by is not None or not said.lost:
+        return []
+    reporter = parsed.error.worker
+    noticed = said.failed_at_ns if said.failed_at_ns is not None else time.time_ns()
+    written = []
+    for peer in said.lost:
+        peer_testimony = for_lost_peer(peer, noticed_ns=noticed, reported_by=reporter, members=said.members)
+        report = f"{role_marker(Role.LOST_PEER)} {describe_lost_peer(peer, noticed_ns=noticed, reported_by=reporter)}"
+        container = errors_pb2.ContainerError(
+            code=LOST_POD_CODE,
+            message=with_testimony(report, peer_testimony),
+            kind=errors_pb2.ContainerError.RECOVERABLE,
+            origin=execution_pb2.ExecutionError.SYSTEM,
+            timestamp=to_protobuf(peer_testimony.stamped_ns() or noticed),
+            worker=display_worker_name(peer.worker),
+        )
+        written.append((peer.worker, errors_pb2.ErrorDocument(error=container).SerializeToString()))
+    return written
 
 
 def exact_error_timestamp(exc: BaseException | None) -> Timestamp | None:
@@ -136,6 +190,18 @@ def error_message(flytekit_message: str, exc: BaseException | None) -> str:
     return with_testimony(bounded_text(report, MAX_REPORT_BYTES - len(said.line()) - 1), said)
 
 
+def _error_code(exc: BaseException) -> str:
+    """flytekit's code for ``exc``: an instance property on user errors, but a property of the
+    *metaclass* on the others (``FlyteRecoverableException().error_code`` raises AttributeError)."""
+    if not isinstance(exc, FlyteException):
+        return "SYSTEM"
+    for owner in (exc, type(exc)):
+        code = getattr(owner, "error_code", None)
+        if isinstance(code, str):
+            return code
+    return "SYSTEM"
+
+
 def last_resort_document(exc: BaseException, worker: str) -> bytes:
     """The serialized ``ErrorDocument`` for an error the agent watchdog reports while exiting.
 
@@ -150,7 +216,7 @@ def last_resort_document(exc: BaseException, worker: str) -> bytes:
         execution_pb2.ExecutionError.USER
     )
     timestamp = exact_error_timestamp(exc) or to_protobuf(time.time_ns())
-    code = exc.error_code if isinstance(exc, FlyteException) else "SYSTEM"
+    code = _error_code(exc)
     report = getattr(exc, "report", None) or exception_summary(exc)
     document = errors_pb2.ErrorDocument(
         error=container(

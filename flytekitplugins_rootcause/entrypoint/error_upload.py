@@ -36,6 +36,7 @@ from fsspec.utils import get_protocol
 from flytekitplugins_rootcause.entrypoint.error_documents import (
     SHARED_ERROR_FILE_NAME,
     ErrorFilePolicy,
+    lost_peer_documents,
     per_worker_file_name,
 )
 
@@ -235,7 +236,8 @@ def write_error_documents(
     """Write ``document`` (a serialized ``ErrorDocument``) as ``policy`` says; raise if any write fails.
 
     The per-worker file is written first: it is the one that cannot collide, so the most useful
-    copy is in place before the contended ``error.pb``.
+    copy is in place before the contended ``error.pb``. With per-worker files, a document for each
+    peer this pod found lost follows (``error_documents.lost_peer_documents``), named for that peer.
     """
     failures: list[WriteFailure] = []
     per_worker_path = shared_path = None
@@ -247,6 +249,12 @@ def write_error_documents(
             store.put(per_worker_path, document)
         except Exception as error:
             failures.append(WriteFailure(per_worker_path, _reason(error)))
+        for lost_worker, written_for_it in lost_peer_documents(document):
+            path = join(output_prefix, per_worker_file_name(lost_worker, uuid.uuid4().hex, written_for_it))
+            try:
+                store.put(path, written_for_it)
+            except Exception as error:
+                failures.append(WriteFailure(path, _reason(error)))
     if policy.error_pb_if_absent:
         shared_path = join(output_prefix, SHARED_ERROR_FILE_NAME)
         try:

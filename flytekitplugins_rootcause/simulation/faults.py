@@ -19,6 +19,8 @@ import signal
 import time
 from pathlib import Path
 
+from flytekitplugins_rootcause.agent.rendezvous_host import agent_hosts_rendezvous
+
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"
 FAULT_TIME_FILE = "fault_time_ns"
@@ -34,6 +36,16 @@ class FaultKind(enum.StrEnum):
     SIGABRT = "sigabrt"
     HANG = "hang"
     ORDERING = "ordering"
+    VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
+
+
+#: ``Fault.pod`` value that means "whichever pod's agent hosts the rendezvous store" (which pod
+#: that is on one host is decided at run time: the first agent to bind the endpoint's port).
+STORE_HOST_POD = "@store-host"
+#: ``Fault.pod`` value that means "a pod whose agent does not host the rendezvous store".
+NOT_STORE_HOST_POD = "@not-store-host"
+#: Ground truth for the simulator: the pod a fault was injected into (the selector resolved).
+FAULTY_POD_FILE = "faulty_pod"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +85,38 @@ def record_fault_time(path: Path) -> None:
     tmp.replace(path)
 
 
+def _is_faulty_pod(selector: str, pod: str) -> bool:
+    """``selector`` is a pod name, or one of the store-host selectors (resolved by asking /proc; of
+    several pods that match, the first to claim the fault gets it, so exactly one pod is faulty)."""
+    if selector not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
+        return selector == pod
+    hosts = agent_hosts_rendezvous()
+    if hosts is None or hosts != (selector == STORE_HOST_POD):
+        return False
+    try:
+        with open(_sim_dir() / FAULTY_POD_FILE, "x") as claim:
+            claim.write(pod)
+    except FileExistsError:
+        return False
+    return True
+
+
+def vanish_pod() -> None:
+    """Every process of this pod dies by SIGKILL at once, as when its node is lost or its VM preempted:
+    no process of the pod is left to notice, report or upload anything. (A pod of the simulator is a
+    session of its own, so "this pod" is every process of this worker's session.)"""
+    session, me = os.getsid(0), os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.getsid(int(entry)) == session:
+                os.kill(int(entry), signal.SIGKILL)
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    os.kill(me, signal.SIGKILL)
+
+
 def maybe_inject(step: int, pod: str, local_rank: int) -> None:
     """Inject the configured fault if this worker and step are due."""
     fault = Fault.from_env(os.environ.get(FAULT_VARIABLE))
@@ -80,9 +124,11 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         return
     fault_file = _sim_dir() / FAULT_TIME_FILE
     first_error_pointer = _sim_dir() / FIRST_ERROR_FILE
-    if (pod, local_rank) == (fault.pod, fault.local_rank):
+    if local_rank == fault.local_rank and _is_faulty_pod(fault.pod, pod):
         if fault.kind == FaultKind.ORDERING:
             first_error_pointer.write_text(os.environ.get("TORCHELASTIC_ERROR_FILE", ""))
+        if fault.pod not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
+            (_sim_dir() / FAULTY_POD_FILE).write_text(pod)
         record_fault_time(fault_file)
         if fault.kind in (FaultKind.RAISE, FaultKind.ORDERING):
             raise RuntimeError(f"injected failure on {pod} local rank {local_rank} at step {step}")
@@ -90,6 +136,8 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if fault.kind == FaultKind.SIGABRT:
             os.abort()
+        if fault.kind == FaultKind.VANISH:
+            vanish_pod()
         if fault.kind == FaultKind.HANG:
             while True:
                 time.sleep(3600)

@@ -41,6 +41,7 @@ from flytekitplugins_rootcause.simulation.faults import (
     CLOCK_OFFSET_VARIABLE,
     FAULT_TIME_FILE,
     FAULT_VARIABLE,
+    FAULTY_POD_FILE,
     SIM_DIR_VARIABLE,
     Fault,
 )
@@ -124,7 +125,11 @@ class JobResult:
 
     @property
     def injected_worker(self) -> str | None:
-        """The pod the fault was injected into (ground truth)."""
+        """The pod the fault was injected into (ground truth: as the faulty worker recorded it, which
+        resolves a store-host selector; else the fault's pod)."""
+        recorded = self.sim_dir / FAULTY_POD_FILE
+        if recorded.exists():
+            return recorded.read_text()
         return None if self.spec.fault is None else self.spec.fault.pod
 
     @property
@@ -133,7 +138,7 @@ class JobResult:
         fault = self.spec.fault
         if fault is None:
             return None
-        ranks = [rank for rank, where in self.placement.items() if where == (fault.pod, fault.local_rank)]
+        ranks = [rank for rank, where in self.placement.items() if where == (self.injected_worker, fault.local_rank)]
         return ranks[0] if ranks else None
 
     @property

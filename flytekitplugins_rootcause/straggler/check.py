@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from flytekitplugins_rootcause.agent.rendezvous_host import agent_hosts_rendezvous
 from flytekitplugins_rootcause.straggler import grouping
 from flytekitplugins_rootcause.straggler.decision import decide
 from flytekitplugins_rootcause.straggler.errors import StragglerCheckError
@@ -30,7 +31,6 @@ from flytekitplugins_rootcause.straggler.measure import (
     run_trial,
 )
 from flytekitplugins_rootcause.straggler.procgroup import check_process_group, require_elastic_env
-from flytekitplugins_rootcause.straggler.rendezvous_host import agent_hosts_rendezvous
 from flytekitplugins_rootcause.straggler.report import StragglerReport, build_nodes
 from flytekitplugins_rootcause.straggler.samples import (
     WorkerIdentity,

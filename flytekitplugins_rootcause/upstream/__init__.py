@@ -22,7 +22,12 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch.distributed.elastic.agent.server.local_elastic_agent.start_processes`` (replaced for a
   launch); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._rendezvous``
   and ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._exit_barrier``
-  (wrapped for a launch); ``torch.distributed.elastic.multiprocessing.api.PContext.close`` (wrapped
+  (wrapped for a launch); after a rendezvous, ``torch.distributed.elastic.agent.server.api.WorkerGroup.store``,
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.group_rank``,
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.group_world_size``,
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.workers`` and
+  ``torch.distributed.elastic.agent.server.api.Worker.global_rank`` (read, for the peer watch);
+  ``torch.distributed.elastic.multiprocessing.api.PContext.close`` (wrapped
   per attempt); ``torch.distributed.elastic.multiprocessing.api.PContext.pids``,
   ``torch.distributed.elastic.multiprocessing.api.PContext.envs``,
   ``torch.distributed.elastic.multiprocessing.api.PContext.error_files``,

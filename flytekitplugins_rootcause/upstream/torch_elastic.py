@@ -25,6 +25,8 @@ exception would hide the failure being reported, and need no check of their own.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +37,10 @@ from flytekitplugins_rootcause.upstream import torch_worker
 from flytekitplugins_rootcause.upstream.patching import patched, wrap_attribute
 from flytekitplugins_rootcause.upstream.versions import Symbol, require
 
+logger = logging.getLogger(__name__)
+
 _AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
+_WORKER_API = "torch.distributed.elastic.agent.server.api"
 _API = "torch.distributed.elastic.multiprocessing.api"
 _SPAWN = "torch.multiprocessing.spawn"
 
@@ -48,6 +53,17 @@ SYMBOLS: tuple[Symbol, ...] = (
     _torch(_AGENT, "start_processes", "replaces for a launch, to observe every worker torch starts"),
     _torch(_AGENT, "LocalElasticAgent._rendezvous", "wraps for a launch, to time the rendezvous"),
     _torch(_AGENT, "LocalElasticAgent._exit_barrier", "wraps for a launch, to time the exit barrier"),
+    *(
+        _torch(_WORKER_API, path, "reads after a rendezvous, for the round and this pod's place in it",
+               instance_attribute=True)
+        for path in (
+            "WorkerGroup.store",
+            "WorkerGroup.group_rank",
+            "WorkerGroup.group_world_size",
+            "WorkerGroup.workers",
+            "Worker.global_rank",
+        )
+    ),
     _torch(_API, "PContext.close", "wraps, to note the teardown start and apply the grace period"),
     _torch(_API, "PContext.pids", "calls, to watch every worker pid"),
     _torch(_API, "PContext.envs", "reads, for each worker's ranks and restart attempt", instance_attribute=True),
@@ -116,11 +132,51 @@ def _bracketed(method: Callable[..., Any], note: Callable[[bool], None]) -> Call
     return bracketed
 
 
+@dataclasses.dataclass(frozen=True)
+class JoinedRound:
+    """What a finished rendezvous gave this agent: the round's store (scoped to the round by torch's
+    c10d handler), this pod's group rank, the pod count, and the global ranks of its workers."""
+
+    store: Any
+    group_rank: int
+    group_world_size: int
+    global_ranks: tuple[int, ...]
+
+
+def _joined_round(worker_group: Any) -> JoinedRound:
+    return JoinedRound(
+        store=worker_group.store,
+        group_rank=int(worker_group.group_rank),
+        group_world_size=int(worker_group.group_world_size),
+        global_ranks=tuple(int(w.global_rank) for w in worker_group.workers),
+    )
+
+
+def _announcing_join(method: Callable[..., Any], after: Callable[[JoinedRound], None]) -> Callable[..., Any]:
+    """``_rendezvous`` that hands ``after`` the round it joined (never failing the rendezvous itself)."""
+
+    def rendezvous(agent: Any, worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+        result = method(agent, worker_group, *args, **kwargs)
+        try:
+            joined = _joined_round(worker_group)
+        except (AttributeError, TypeError, ValueError):
+            logger.warning("could not read the rendezvous round from torch's worker group", exc_info=True)
+        else:
+            after(joined)
+        return result
+
+    return rendezvous
+
+
 @contextlib.contextmanager
 def patch_agent_phases(
-    *, on_rendezvous: Callable[[bool], None], on_exit_barrier: Callable[[bool], None]
+    *,
+    on_rendezvous: Callable[[bool], None],
+    on_exit_barrier: Callable[[bool], None],
+    after_rendezvous: Callable[[JoinedRound], None] | None = None,
 ) -> Iterator[None]:
-    """For the block, ``on_<phase>(True)`` / ``(False)`` is called as the agent enters / leaves that phase.
+    """For the block, ``on_<phase>(True)`` / ``(False)`` is called as the agent enters / leaves that phase,
+    and ``after_rendezvous`` with each round the agent joins.
 
     The rendezvous and the exit barrier are methods torch's ``SimpleElasticAgent`` defines and
     ``LocalElasticAgent`` inherits; they are set on ``LocalElasticAgent`` for the block and deleted
@@ -128,9 +184,12 @@ def patch_agent_phases(
     """
     _check()
     agent_class = local_elastic_agent.LocalElasticAgent
+    rendezvous = agent_class._rendezvous
+    if after_rendezvous is not None:
+        rendezvous = _announcing_join(rendezvous, after_rendezvous)
     with patched(
         agent_class,
-        _rendezvous=_bracketed(agent_class._rendezvous, on_rendezvous),
+        _rendezvous=_bracketed(rendezvous, on_rendezvous),
         _exit_barrier=_bracketed(agent_class._exit_barrier, on_exit_barrier),
     ):
         yield

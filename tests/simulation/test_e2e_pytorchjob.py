@@ -13,12 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
+from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2
+from flytekitplugins_rootcause.simulation.training import train_2x2, train_3x2
 from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
 from tests.timestamps import assert_sub_second
@@ -26,8 +27,8 @@ from tests.timestamps import assert_sub_second
 pytestmark = pytest.mark.slow
 
 
-def _run(store: StoreAccess, fault: Fault, tmp_path: Path) -> JobResult:
-    result = run_job(JobSpec(task=train_2x2, nnodes=2, nproc_per_node=2, store=store, fault=fault),
+def _run(store: StoreAccess, fault: Fault, tmp_path: Path, task: PythonTask = train_2x2, nnodes: int = 2) -> JobResult:
+    result = run_job(JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, store=store, fault=fault),
                      work_dir=tmp_path)
     assert not result.timed_out, f"pods did not exit; logs in {result.sim_dir}"
     assert result.injected_rank is not None, "the faulty worker never started training"
@@ -79,6 +80,31 @@ def test_a_pod_whose_clock_runs_ahead_is_still_named_by_both_readers(file_store:
     assert victim.role == Role.VICTIM and victim.worker == "train-worker-0"
     # what the clocks said: the root cause "after" its victim, so only roles can order them
     assert root.timestamp_ns > victim.timestamp_ns
+
+
+@pytest.mark.parametrize(
+    ("pod", "nnodes"),
+    [(STORE_HOST_POD, 2), (NOT_STORE_HOST_POD, 3)],  # both kinds of pod, both pod counts (4 runs: 4 minutes)
+    ids=["2-pods-store-host", "3-pods"],
+)
+def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, file_store: ObjectStore,
+                                                           tmp_path: Path) -> None:
+    """Every process of one pod is SIGKILLed at once (a lost node): it writes nothing, its peers'
+    workers fail as victims, and their agents find it gone and write for it; both readers name it."""
+    task = train_2x2 if nnodes == 2 else train_3x2
+    result = _run(StoreAccess(file_store.root), Fault(FaultKind.VANISH, pod=pod, local_rank=0), tmp_path, task, nnodes)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
+    assert not read.skipped, read.skipped
+    root = read.failures[0]
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
+    assert root.recoverable and "no error file from this pod" in root.message, logs
+    assert all(f.role in (Role.LOST_PEER, Role.VICTIM) for f in read.failures), logs
+    assert {f.worker for f in read.failures if f.role == Role.VICTIM} == (
+        {pod_name for pod_name in (f"train-worker-{i}" for i in range(nnodes)) if pod_name != result.injected_worker}
+    ), logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
 
 
 def test_on_fake_gcs_server(gcs_store: ObjectStore, tmp_path: Path) -> None:

@@ -150,6 +150,7 @@ API = "torch.distributed.elastic.multiprocessing.api"
 SPAWN = "torch.multiprocessing.spawn"
 ENTRYPOINT = "flytekit.bin.entrypoint"
 KFPYTORCH = "flytekitplugins.kfpytorch.task"
+WORKER_API = "torch.distributed.elastic.agent.server.api"
 
 
 def _start_processes(_: Any) -> None:
@@ -162,6 +163,23 @@ def _start_processes(_: Any) -> None:
 
 def _rendezvous(_: Any) -> None:
     assert parameter_names(resolve(f"{AGENT}.LocalElasticAgent._rendezvous"))[0] == "self"
+
+
+def _worker_group(_: Any) -> None:
+    # what ``_rendezvous`` fills in, read back by ``torch_elastic.JoinedRound`` after it returns
+    from torch.distributed.elastic.agent.server.api import Worker, WorkerGroup, WorkerSpec
+
+    spec = WorkerSpec(role="trainer", local_world_size=2, rdzv_handler=object(), entrypoint="true")  # type: ignore[arg-type]
+    group = WorkerGroup(spec)
+    assert {"store", "group_rank", "group_world_size", "workers"} <= set(group.__slots__)
+    group.store, group.group_rank, group.group_world_size = object(), 1, 3
+    for index, worker in enumerate(group.workers):
+        assert isinstance(worker, Worker)
+        worker.global_rank = 2 + index
+    from flytekitplugins_rootcause.upstream.torch_elastic import _joined_round
+
+    joined = _joined_round(group)
+    assert (joined.group_rank, joined.group_world_size, joined.global_ranks) == (1, 3, (2, 3))
 
 
 def _exit_barrier(_: Any) -> None:
@@ -418,6 +436,10 @@ def _task_function(_: Any) -> None:
 SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{AGENT}.start_processes": _start_processes,
     f"{AGENT}.LocalElasticAgent._rendezvous": _rendezvous,
+    **{f"{WORKER_API}.{path}": _worker_group for path in (
+        "WorkerGroup.store", "WorkerGroup.group_rank", "WorkerGroup.group_world_size", "WorkerGroup.workers",
+        "Worker.global_rank",
+    )},
     f"{AGENT}.LocalElasticAgent._exit_barrier": _exit_barrier,
     f"{API}.PContext.close": _close,
     f"{API}.PContext.pids": _pids,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
@@ -18,6 +19,7 @@ from flytekitplugins_rootcause.agent.diagnosis.report import format_agent_timeli
 from flytekitplugins_rootcause.agent.diagnosis.selection import is_recoverable, rank_failures
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from rootcause_core.testimony import LostPeer, Member, describe_lost_peer
 from rootcause_core.worker_names import current_worker_name
 
 
@@ -28,19 +30,27 @@ def diagnose(observer: LaunchObserver, child_failed: Any = None) -> list[WorkerF
 
 
 def root_cause_error(
-    failures: list[WorkerFailure], *, note: str | None = None
+    failures: list[WorkerFailure],
+    *,
+    note: str | None = None,
+    members: Sequence[Member] = (),
+    lost_peers: Sequence[LostPeer] = (),
 ) -> ElasticRootCauseError | ElasticRootCauseRecoverableError:
     """The exception to raise for ranked failures (root cause first).
 
     ``note`` is appended to the report (the watchdog says there that the agent hung); the first
-    line, which readers parse, stays the root cause's.
+    line, which readers parse, stays the root cause's. ``lost_peers`` (peers found gone when this
+    pod's workers failed as victims) get a paragraph of their own, and travel with ``members`` on
+    the exception to the error document.
     """
     message = format_root_cause_message(failures)
+    if lost_peers:
+        noticed = failures[0].timestamp_ns or time.time_ns()
+        message += "\n\n" + "\n".join(describe_lost_peer(peer, noticed_ns=noticed) for peer in lost_peers)
     if note:
         message += "\n\n" + note
-    if is_recoverable(failures):
-        return ElasticRootCauseRecoverableError(message, failures)
-    return ElasticRootCauseError(message, failures)
+    kind = ElasticRootCauseRecoverableError if is_recoverable(failures) else ElasticRootCauseError
+    return kind(message, failures, members=members, lost_peers=lost_peers)
 
 
 def agent_timeline(observer: LaunchObserver, failures: list[WorkerFailure]) -> str:

@@ -1,0 +1,130 @@
+"""Pods testify about each other through a real c10d ``TCPStore`` on loopback (``agent/peer_watch.py``).
+
+Each ``PeerWatch`` is one pod's agent, with its own client connection to the store, as in a job.
+No assertion depends on timing: a peer that stopped beating never beats again, and a live one
+beats many times within the window the tests give it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import time
+from collections.abc import Iterator
+
+import pytest
+from torch.distributed import TCPStore
+
+from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
+from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
+from rootcause_core.testimony import LostPeer, Member
+
+INTERVAL_S = 0.05
+#: Long against a heartbeat, so that a live peer on a busy machine is never taken for lost.
+WINDOW_S = 5.0
+
+
+def client(port: int) -> TCPStore:
+    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
+                    wait_for_workers=False)
+
+
+def watch(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: bool = False,
+          window_s: float = WINDOW_S) -> PeerWatch:
+    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, lost_after_s=window_s)
+    peers.joined(JoinedRound(store, rank, world, tuple(range(2 * rank, 2 * rank + 2))))
+    return peers
+
+
+def wait_for_members(peers: PeerWatch, count: int) -> tuple[Member, ...]:
+    deadline = time.monotonic() + 60
+    while len(peers.members()) < count and time.monotonic() < deadline:
+        time.sleep(INTERVAL_S)
+    return peers.members()
+
+
+@pytest.fixture
+def server_port() -> Iterator[int]:
+    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+    yield server.port
+
+
+def test_every_pod_learns_the_membership_the_rendezvous_formed(server_port: int) -> None:
+    pods = [watch(f"train-worker-{r}", client(server_port), r, 3, hosts_store=r == 0) for r in range(3)]
+    try:
+        expected = (
+            Member(0, "train-worker-0", 0, 2, True),
+            Member(1, "train-worker-1", 2, 2, False),
+            Member(2, "train-worker-2", 4, 2, False),
+        )
+        for pod in pods:
+            assert wait_for_members(pod, 3) == expected
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
+def test_live_peers_and_peers_that_announced_a_failure_are_not_lost(server_port: int) -> None:
+    survivor, alive, failing = (watch(f"w{r}", client(server_port), r, 3) for r in range(3))
+    try:
+        wait_for_members(survivor, 3)
+        failing.announce_failure()
+        failing.stop()  # it reported its failure, then exited: it writes its own error file
+        assert survivor.lost_peers() == ()
+    finally:
+        for pod in (survivor, alive, failing):
+            pod.stop()
+
+
+def test_a_peer_that_stops_beating_without_a_word_is_lost_and_last_seen_at_its_last_beat(server_port: int) -> None:
+    survivor, other, vanished = (watch(f"w{r}", client(server_port), r, 3, window_s=1.0) for r in range(3))
+    try:
+        wait_for_members(survivor, 3)
+        before = time.time_ns()
+        vanished.stop()  # as if its pod were killed: no announcement, no more heartbeats
+        after = time.time_ns()
+        survivor_says = survivor.lost_peers()
+        assert [(p.group_rank, p.worker) for p in survivor_says] == [(2, "w2")]
+        last_seen = survivor_says[0].last_seen_ns
+        assert last_seen is not None and last_seen <= after and last_seen > before - 60 * 10**9
+    finally:
+        for pod in (survivor, other, vanished):
+            pod.stop()
+
+
+def test_when_the_store_goes_its_host_is_the_one_peer_named() -> None:
+    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+    port = server.port
+    # the store's host pod (group rank 0) and two other pods, each its own client
+    pods = [watch(f"train-worker-{r}", client(port), r, 3, hosts_store=r == 0) for r in range(3)]
+    survivor = pods[1]
+    try:
+        wait_for_members(survivor, 3)
+        del server  # the pod hosting the store vanishes, store and all: every connection is closed
+        gc.collect()
+        gone_at = time.time_ns()
+        lost = survivor.lost_peers()
+        assert [(p.group_rank, p.worker) for p in lost] == [(0, "train-worker-0")]
+        assert lost[0].last_seen_ns is not None and lost[0].last_seen_ns <= gone_at  # the store's last answer
+        survivor.announce_failure()  # never raises, store or not
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
+def test_without_a_round_there_is_nothing_to_say() -> None:
+    peers = PeerWatch("w0")
+    peers.announce_failure()
+    assert peers.lost_peers() == () and peers.members() == ()
+    peers.stop()
+
+
+def test_lost_peer_entries_are_what_the_testimony_carries(server_port: int) -> None:
+    survivor, vanished = (watch(f"w{r}", client(server_port), r, 2, window_s=0.5) for r in range(2))
+    try:
+        wait_for_members(survivor, 2)
+        vanished.stop()
+        (lost,) = survivor.lost_peers()
+        assert isinstance(lost, LostPeer) and lost.entry()[:2] == [1, "w1"]
+    finally:
+        survivor.stop()
