@@ -8,7 +8,12 @@ For each node count, ONE simulated cluster (one torch elastic agent process per 
 checks and then ``slow-runs`` checks with one node given a simulated device 1.5x slower
 (``simulate.slow_device``; a different node each time), back to back, with default settings.
 ``--load N`` starts N busy processes (pure-Python spin loops) that compete for the CPU for the
-whole measurement, and stops them at the end.
+whole measurement, and stops them at the end; they run on any CPU.
+``--cpus`` (default ``0``) pins every simulated node to the same CPU(s), so that equal nodes have
+equal hardware: on the 2-vCPU development VM a vCPU computes the same trial in 28 ms of CPU time or
+in 40 ms, depending on the host's other work, for seconds at a time and not the same on both vCPUs
+(measured: two processes pinned one per vCPU); a node placed on the slower vCPU for a whole check
+*is* ~1.4x slower, and the check is right to say so, which says nothing about false positives.
 
 MEASURED: every check's verdicts, its per-trial times, and its wall time (rank 0, from the first
 collective to the verdict; agent start-up and rendezvous are not included).
@@ -73,11 +78,11 @@ def cpu_load(processes: int) -> Iterator[None]:
             hog.wait()
 
 
-def measure(nodes: int, load: int, runs: int, slow_runs: int) -> list[Run]:
+def measure(nodes: int, load: int, runs: int, slow_runs: int, cpus: frozenset[int] | None = None) -> list[Run]:
     """One cluster of ``nodes`` running ``runs`` homogeneous then ``slow_runs`` slow-node checks."""
     slow = [(i * 7 + 1) % nodes for i in range(slow_runs)]
     schedule = tuple([{}] * runs + [{idx: SLOW_FACTOR} for idx in slow])
-    cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), schedule=schedule)
+    cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), schedule=schedule, cpus=cpus)
     with cpu_load(load), tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
         outcomes = run_cluster(cluster, Path(tmp), timeout_s=3600)
     failed = [o for o in outcomes if o.returncode != 0]
@@ -198,7 +203,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--replay", type=Path, help="decide again on the reports saved by --save; measure nothing")
     parser.add_argument("--threshold", type=float, help="with --replay: compute threshold to decide with")
     parser.add_argument("--resample", type=int, default=0, help="with --replay: synthetic checks per node count")
+    parser.add_argument(
+        "--cpus", default="0",
+        help="CPUs every simulated node runs on, comma-separated (default 0: the same hardware for all nodes); "
+        "'any' leaves placement to the scheduler",
+    )
     args = parser.parse_args(argv)
+    cpus = None if args.cpus == "any" else frozenset(int(c) for c in args.cpus.split(","))
     if args.replay:
         saved = json.loads(args.replay.read_text())
         runs = [Run(r["nodes"], r["load"], r["slow_pod"], report_from_dict(r["report"])) for r in saved]
@@ -210,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = []
     for n in args.nodes:
         started = time.perf_counter()
-        runs += measure(n, args.load, args.runs, args.slow_runs)
+        runs += measure(n, args.load, args.runs, args.slow_runs, cpus)
         print(f"{n} nodes: {args.runs + args.slow_runs} checks in {time.perf_counter() - started:.0f} s", flush=True)
         if args.save:
             args.save.write_text(json.dumps([dataclasses.asdict(r) for r in runs]))

@@ -46,20 +46,15 @@ class Workload:
                 raise ValueError(f"Workload.{name} must be a positive integer, got {value!r}")
 
 
-#: Sizes picked when ``workload="auto"``. CPU: a product of two 128x128 fp32 matrices takes ~0.05 ms
-#: of one core, so a trial of 384 is ~20 ms of CPU time (longer in wall time where nodes share
+#: Sizes picked when ``workload="auto"``. CPU: a product of two 256x256 fp32 matrices takes ~0.4 ms
+#: of one core, so a trial of 48 is ~18 ms of CPU time (longer in wall time where nodes share
 #: cores): long against the scheduler's time slice and timer resolution, so a trial measures the
 #: device rather than one scheduling decision; 5 trials per round keep a 6-node check on a shared
-#: 2-core machine at a few seconds. 128 and not 256: three 128x128 matrices (192 KiB) stay in a
-#: core's L2 cache even when several workers take turns on that core, while three 256x256 (768 KiB)
-#: evict each other's, and a healthy worker sharing a core with another one then needed 1.3-2x the
-#: CPU time of its peers for whole rounds (measured under load; the cause of the false positives
-#: and misses in ``benchmarks/straggler.py`` before the change). A check must time the CPU, not
-#: the neighbour. 4 all-reduces of 256 KiB per communication trial.
+#: 2-core machine at about 2 s. 4 all-reduces of 256 KiB per communication trial likewise.
 #: CUDA: 8192x8192 bf16 keeps an H100 busy ~1.5 ms per product, 10 per trial; 32 Mi bf16 elements
 #: (64 MiB) per all-reduce is in NCCL's bandwidth-bound regime.
 AUTO_WORKLOADS: dict[str, Workload] = {
-    "cpu": Workload(matmul_size=128, matmuls_per_trial=384, allreduce_numel=1 << 16, allreduces_per_trial=4),
+    "cpu": Workload(matmul_size=256, matmuls_per_trial=48, allreduce_numel=1 << 16, allreduces_per_trial=4),
     "cuda": Workload(matmul_size=8192, matmuls_per_trial=10, allreduce_numel=1 << 25, allreduces_per_trial=4),
 }
 

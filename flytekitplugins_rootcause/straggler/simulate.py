@@ -42,6 +42,11 @@ class SimulatedCluster:
     max_restarts: int = 0
     nproc_per_node: int = 1
     last_call_timeout_s: int = 1
+    #: CPUs every simulated node (agent and workers) runs on; None: wherever the scheduler puts it.
+    #: One CPU gives every node the same hardware: on a shared VM two vCPUs can compute at speeds
+    #: 1.4x apart for seconds at a time (the host's other work), so nodes on different vCPUs are not
+    #: equal nodes, and a check that calls one of them slow is right about it.
+    cpus: frozenset[int] | None = None
 
 
 @dataclass
@@ -176,6 +181,8 @@ def _agent_main(spec_path: str, index: int, port: int, run_id: str, workdir: str
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     cluster: SimulatedCluster = pickle.loads(Path(spec_path).read_bytes())
+    if cluster.cpus is not None:
+        os.sched_setaffinity(0, cluster.cpus)  # before torch starts a thread or a worker: all inherit it
     nnodes = cluster.nnodes or str(cluster.nodes)
     low, _, high = nnodes.partition(":")
     config = LaunchConfig(
