@@ -238,27 +238,29 @@ def write_error_documents(
     The per-worker file is written first: it is the one that cannot collide, so the most useful
     copy is in place before the contended ``error.pb``. With per-worker files, a document for each
     peer this pod found lost follows (``error_documents.lost_peer_documents``), named for that peer.
+    ``error.pb`` (for backends that read only that file) gets the document of the first lost peer
+    when there is one: this pod's own document then names only a victim.
     """
     failures: list[WriteFailure] = []
     per_worker_path = shared_path = None
     shared_created: bool | None = None
     store = store_for(output_prefix, filesystems)
+    written_for_lost = lost_peer_documents(document)
     if policy.per_worker_files:
         per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex, document))
-        try:
-            store.put(per_worker_path, document)
-        except Exception as error:
-            failures.append(WriteFailure(per_worker_path, _reason(error)))
-        for lost_worker, written_for_it in lost_peer_documents(document):
-            path = join(output_prefix, per_worker_file_name(lost_worker, uuid.uuid4().hex, written_for_it))
+        writes = [(per_worker_path, document)] + [
+            (join(output_prefix, per_worker_file_name(lost_worker, uuid.uuid4().hex, data)), data)
+            for lost_worker, data in written_for_lost
+        ]
+        for path, data in writes:
             try:
-                store.put(path, written_for_it)
+                store.put(path, data)
             except Exception as error:
                 failures.append(WriteFailure(path, _reason(error)))
     if policy.error_pb_if_absent:
         shared_path = join(output_prefix, SHARED_ERROR_FILE_NAME)
         try:
-            shared_created = store.create(shared_path, document)
+            shared_created = store.create(shared_path, written_for_lost[0][1] if written_for_lost else document)
         except Exception as error:
             failures.append(WriteFailure(shared_path, _reason(error)))
     if failures:

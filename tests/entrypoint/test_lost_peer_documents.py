@@ -75,6 +75,16 @@ def test_a_victim_that_found_a_peer_lost_writes_a_document_for_it(tmp_path: Path
     assert console is not None and console.worker == "train-worker-0"
 
 
+def test_error_pb_holds_the_lost_pods_document_for_backends_that_read_only_it(tmp_path: Path) -> None:
+    both = ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)
+    document = victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),))
+    write_error_documents(str(tmp_path), document, "train-worker-1", both, filesystems=None)  # type: ignore[arg-type]
+    shared = errors_pb2.ErrorDocument.FromString((tmp_path / "error.pb").read_bytes()).error
+    assert shared.worker == "train-worker-0" and shared.code == LOST_POD_CODE
+    read = RemoteFileOutputReader(str(tmp_path)).read_all()
+    assert len(read.failures) == 2  # error.pb is a copy of the lost pod's document, not one more failure
+
+
 def test_a_pod_that_reported_its_own_failure_outranks_what_its_peers_said_of_it(tmp_path: Path) -> None:
     """A peer judged lost that did write its own error (its agent was too busy to beat, say): its own
     report wins with both readers, and the document written for it ranks after it."""
