@@ -108,6 +108,8 @@ class PeerWatch:
         current = _Round(joined, own)
         with self._lock:
             self._round = current
+        if joined.group_world_size < 2:
+            return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
         self._call(current, "set", _member_key(own.group_rank), json.dumps(own.entry()))
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()

@@ -112,6 +112,15 @@ def test_when_the_store_goes_its_host_is_the_one_peer_named() -> None:
             pod.stop()
 
 
+def test_a_pod_alone_starts_no_thread_and_knows_itself(server_port: int) -> None:
+    import threading
+
+    alone = watch("w0", client(server_port), 0, 1)
+    assert not any(t.name == "rootcause-peer-watch" for t in threading.enumerate())
+    assert alone.members() == (Member(0, "w0", 0, 2, False),) and alone.lost_peers() == ()
+    alone.stop()
+
+
 def test_without_a_round_there_is_nothing_to_say() -> None:
     peers = PeerWatch("w0")
     peers.announce_failure()
