@@ -101,7 +101,7 @@ def render_html(report: StragglerReport) -> str:
     legend = (
         f'<span style="color:{_COLORS["compute"]}">&#9632; compute</span> '
         f'<span style="color:{_COLORS["network"]}">&#9632; network</span> '
-        "(time / median of the other nodes, per trial, lowest round; dashed: thresholds)"
+        "(time / median of the other nodes, per trial, median over both rounds; dashed: thresholds)"
     )
     settings = (
         f"{escape(report.thresholds())}, "
