@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 from rootcause_core.timestamps import rfc3339_ns
 
@@ -54,6 +56,8 @@ LOST_PEER_STAMP_DELAY_NS = 30 * 1_000_000_000
 MAX_TESTIMONY_CHARS = 4096
 
 _MAX_ABS_NS = 2**63 - 1
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,37 +224,47 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1_000_000 else None
 
 
-def _members(value: object) -> tuple[Member, ...]:
-    """Valid member entries (an invalid entry is dropped, never the whole testimony)."""
+def member_from_entry(entry: object) -> Member | None:
+    """The :class:`Member` of one ``members`` entry (``Member.entry()``); ``None`` when it is not valid.
+
+    The one parser of the entry: the reader's testimony and the agent's store (``peer_watch``) use it.
+    """
+    if (
+        isinstance(entry, list)
+        and len(entry) == 5
+        and all(_count(entry[i]) is not None for i in (0, 2, 3))
+        and isinstance(entry[1], str)
+        and entry[4] in (0, 1)
+    ):
+        return Member(entry[0], entry[1], entry[2], entry[3], bool(entry[4]))
+    return None
+
+
+def _lost_peer_from_entry(entry: object) -> LostPeer | None:
+    if (
+        isinstance(entry, list)
+        and len(entry) == 3
+        and _count(entry[0]) is not None
+        and isinstance(entry[1], str)
+        and (entry[2] is None or _is_ns(entry[2]))
+    ):
+        return LostPeer(entry[0], entry[1], entry[2])
+    return None
+
+
+def _valid_entries(value: object, parse: Callable[[object], T | None]) -> tuple[T, ...]:
+    """The entries of a list field that ``parse`` accepts: an invalid entry is dropped, never the field."""
     if not isinstance(value, list):
         return ()
-    members = []
-    for entry in value:
-        if (
-            isinstance(entry, list)
-            and len(entry) == 5
-            and all(_count(entry[i]) is not None for i in (0, 2, 3))
-            and isinstance(entry[1], str)
-            and entry[4] in (0, 1)
-        ):
-            members.append(Member(entry[0], entry[1], entry[2], entry[3], bool(entry[4])))
-    return tuple(members)
+    return tuple(parsed for parsed in map(parse, value) if parsed is not None)
+
+
+def _members(value: object) -> tuple[Member, ...]:
+    return _valid_entries(value, member_from_entry)
 
 
 def _lost(value: object) -> tuple[LostPeer, ...]:
-    if not isinstance(value, list):
-        return ()
-    lost = []
-    for entry in value:
-        if (
-            isinstance(entry, list)
-            and len(entry) == 3
-            and _count(entry[0]) is not None
-            and isinstance(entry[1], str)
-            and (entry[2] is None or _is_ns(entry[2]))
-        ):
-            lost.append(LostPeer(entry[0], entry[1], entry[2]))
-    return tuple(lost)
+    return _valid_entries(value, _lost_peer_from_entry)
 
 
 def _is_ns(value: object) -> bool:

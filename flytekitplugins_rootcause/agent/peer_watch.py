@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPeer, Member, member_from_entry
 
 logger = logging.getLogger(__name__)
 
@@ -251,11 +251,10 @@ def _heartbeat_ns(value: bytes | None) -> int | None:
 
 
 def _parse_member(value: bytes | None) -> Member | None:
+    """A member entry read from the store (``Member.entry()`` as JSON), checked by the testimony's parser."""
     if value is None:
         return None
     try:
-        entry = json.loads(value.decode())
-        rank, worker, first, workers, hosts = entry
-        return Member(int(rank), str(worker), int(first), int(workers), bool(hosts))
-    except (UnicodeDecodeError, ValueError, TypeError):
+        return member_from_entry(json.loads(value.decode()))
+    except (UnicodeDecodeError, ValueError):
         return None
