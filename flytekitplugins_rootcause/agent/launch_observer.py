@@ -98,7 +98,14 @@ class LaunchObserver:
             return self._teardown_ns.get(attempt)
 
     def note_teardown(self, attempt: int) -> int:
-        """Record that tearing down ``attempt``'s workers begins now (the first call wins)."""
+        """Record that tearing down ``attempt``'s workers begins now (the first call wins).
+
+        Every exit the kernel already reports is recorded first: a worker that died before this
+        moment is no victim of the teardown, even when the watcher thread has not had the CPU to
+        stamp it yet.
+        """
+        for worker in self.workers_of(attempt):
+            self.watcher.confirm_exit(worker.pid)
         with self._lock:
             return self._teardown_ns.setdefault(attempt, time.time_ns())
 
@@ -184,6 +191,12 @@ class LaunchObserver:
             return processes[worker.local_rank].exitcode
         return torch_elastic.binary_worker_returncode(pcontext, worker.local_rank)
 
+    def add_worker(self, worker: LaunchedWorker) -> None:
+        """Watch one worker process of an attempt (the watcher learns its pid)."""
+        self.watcher.watch(worker.pid)
+        with self._lock:
+            self._workers.append(worker)
+
     def on_started(self, pcontext: Any) -> None:
         """Register a freshly started process context (called right after ``start_processes``)."""
         envs = torch_elastic.worker_envs(pcontext)
@@ -191,10 +204,9 @@ class LaunchObserver:
         pids = torch_elastic.worker_pids(pcontext)
         first_env = next(iter(envs.values()), {})
         attempt = _int_or_none(first_env.get("TORCHELASTIC_RESTART_COUNT")) or 0
-        started = []
         for local_rank, pid in sorted(pids.items()):
             env = envs.get(local_rank, {})
-            started.append(
+            self.add_worker(
                 LaunchedWorker(
                     attempt=attempt,
                     local_rank=local_rank,
@@ -204,9 +216,7 @@ class LaunchObserver:
                     error_file=error_files.get(local_rank, ""),
                 )
             )
-            self.watcher.watch(pid)
         with self._lock:
-            self._workers.extend(started)
             self._contexts[attempt] = pcontext
         self._wrap_close(pcontext, attempt)
         self._wrap_join(pcontext, attempt)
@@ -254,10 +264,12 @@ class LaunchObserver:
                 sentinels = torch_elastic.live_sentinels(process_context)
                 if sentinels:
                     ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
+                    seen_ns = time.time_ns()
                     for sentinel in ready:
-                        # Record each exit now, before it is reaped and before teardown is noted: a watcher
-                        # thread starved of CPU would otherwise stamp it after teardown began (a victim).
-                        self.watcher.confirm_exit(processes(process_context)[sentinels[sentinel]].pid)
+                        # Record each exit at its sentinel's time, before it is reaped and before teardown
+                        # is noted: stamped any later (a watcher thread starved of CPU, or a process not
+                        # yet waitable), it would look as if it died after teardown began (a victim).
+                        self.watcher.note_ended(processes(process_context)[sentinels[sentinel]].pid, seen_ns)
                     early_exit_fails = self.results_delivered(attempt) is False
                     exited = [sentinels[s] for s in ready]
                     failed = _failed_indices(process_context, exited, early_exit_fails)

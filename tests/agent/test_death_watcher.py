@@ -163,3 +163,37 @@ def test_paused_runs_no_thread_and_loses_no_exit(use_pidfd: bool) -> None:
             if proc.poll() is None:
                 _tell_to_exit(proc, 0)
             proc.wait()
+
+
+def test_an_exit_seen_earlier_by_another_observer_keeps_the_earlier_time_and_the_status() -> None:
+    """The agent's join sees a worker's sentinel close before the kernel makes it waitable (and before
+    a starved watcher thread stamps it): ``note_ended`` records the sentinel's time, and a later stamp
+    from the watcher thread neither moves it later nor loses the status."""
+    proc = _spawn_waiting_child()
+    with DeathWatcher() as watcher:
+        watcher.watch(proc.pid)
+        seen_ns = time.time_ns()
+        _tell_to_exit(proc, 7)
+        from_watcher = _wait_for_exit(watcher, proc.pid)
+        assert from_watcher.exit_ns > seen_ns  # the watcher stamps when it woke, after the death
+        noted = watcher.note_ended(proc.pid, seen_ns)
+        assert noted == ProcessExit(proc.pid, seen_ns, 7, None)
+        assert watcher.exit_of(proc.pid) == noted
+        watcher.note_ended(proc.pid, from_watcher.exit_ns)  # a later sighting moves nothing
+        assert watcher.exit_of(proc.pid) == noted
+    proc.wait()
+
+
+def test_note_ended_waits_for_the_status_of_a_process_still_exiting() -> None:
+    """Without the watcher thread (it may be starved), ``note_ended`` itself reads the status once the
+    kernel has it, and records the time it was given, not the time the status became readable."""
+    proc = _spawn_waiting_child()
+    watcher = DeathWatcher()  # never entered: no thread
+    try:
+        seen_ns = time.time_ns()
+        _tell_to_exit(proc, 5)
+        noted = watcher.note_ended(proc.pid, seen_ns, status_wait_s=NEVER_S)
+        assert noted == ProcessExit(proc.pid, seen_ns, 5, None)
+    finally:
+        watcher.close()
+        proc.wait()
