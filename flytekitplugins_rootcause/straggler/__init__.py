@@ -10,16 +10,38 @@ Two ways to use it:
 See ``docs/straggler.md``.
 """
 
-from flytekitplugins_rootcause.straggler.actions import EXCLUDE_RESTART_EXIT_CODE
-from flytekitplugins_rootcause.straggler.errors import (
-    StragglerCheckError,
-    StragglerConfigError,
-    StragglerDetectedError,
-)
-from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
-from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, Workload, validate_for_task
-from flytekitplugins_rootcause.straggler.task import StragglerPrecheck, StragglerPrecheckFunctionTask
-from flytekitplugins_rootcause.straggler.worker import run_straggler_check_in_worker
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Where each public name lives. Loaded on first use (PEP 562), so that a process that only measures
+#: (a simulated node, a worker of the benchmark) does not import flytekit for the task classes.
+_LOCATIONS = {
+    "EXCLUDE_RESTART_EXIT_CODE": "actions",
+    "Action": "settings",
+    "NodeResult": "report",
+    "StragglerCheck": "settings",
+    "StragglerCheckError": "errors",
+    "StragglerConfigError": "errors",
+    "StragglerDetectedError": "errors",
+    "StragglerPrecheck": "task",
+    "StragglerPrecheckFunctionTask": "task",
+    "StragglerReport": "report",
+    "Workload": "settings",
+    "run_straggler_check_in_worker": "worker",
+    "validate_for_task": "settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EXCLUDE_RESTART_EXIT_CODE",

@@ -20,7 +20,6 @@ import torch.distributed as dist
 from flytekitplugins_rootcause.agent.rendezvous_host import agent_hosts_rendezvous
 from flytekitplugins_rootcause.straggler import grouping
 from flytekitplugins_rootcause.straggler.decision import decide
-from flytekitplugins_rootcause.straggler.errors import StragglerCheckError
 from flytekitplugins_rootcause.straggler.measure import (
     DeviceChoice,
     StepTimeout,
@@ -102,6 +101,8 @@ def run_check(check: StragglerCheck, runner: TrialRunner = run_trial) -> Straggl
             report = _rounds(check, workload, choice, ident, identities, started, runner)
             report = _broadcast(report if dist.get_rank() == 0 else None, choice.device)
     except (RuntimeError, dist.DistError) as exc:  # a peer died or hung: say where and what to do
+        from flytekitplugins_rootcause.straggler.errors import StragglerCheckError  # flytekit: only to raise
+
         raise StragglerCheckError(
             f"the straggler check could not complete on pod {ident.pod!r} (rank {ident.rank}, node rank "
             f"{ident.node_rank}): {type(exc).__name__}: {exc}. Another node probably died or hung during the "

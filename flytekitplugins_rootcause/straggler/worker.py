@@ -12,7 +12,6 @@ import time
 from flytekitplugins_rootcause.straggler.actions import EXCLUDE_RESTART_EXIT_CODE, Plan, Step, plan_action
 from flytekitplugins_rootcause.straggler.check import run_check
 from flytekitplugins_rootcause.straggler.deck import publish_deck
-from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
 from flytekitplugins_rootcause.straggler.measure import TrialRunner, run_trial
 from flytekitplugins_rootcause.straggler.report import StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
@@ -75,6 +74,8 @@ def _carry_out(plan: Plan, report: StragglerReport) -> None:
             logger.warning("%s; training goes on (action=%s%s)", report.summary(), report.action, note)
         return
     if plan.step is Step.FAIL:
+        from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError  # flytekit: only to raise
+
         raise StragglerDetectedError(report, plan.reason)
     if plan.step is Step.RESTART:
         logger.warning("%s; %s (exit code %d)", report.summary(), plan.reason, EXCLUDE_RESTART_EXIT_CODE)
