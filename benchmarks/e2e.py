@@ -36,12 +36,18 @@ from pathlib import Path
 
 import fsspec
 from flyteidl.core import errors_pb2
+from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
 from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2, train_2x2_elastic
+from flytekitplugins_rootcause.simulation.training import (
+    train_2x2,
+    train_2x2_elastic,
+    train_2x2_elastic_short_timeout,
+    train_2x2_short_timeout,
+)
 
 
 def go_rule_worker(output_prefix: str) -> str | None:
@@ -67,7 +73,10 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "ordering": (FaultKind.ORDERING, 0.0),
     "skew": (FaultKind.RAISE, 1.0),
     "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
+    "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
 }
+#: The (plugin, baseline) tasks of a kind: a hang needs a short collective timeout to surface.
+TASKS: dict[str, tuple[PythonTask, PythonTask]] = {"hang": (train_2x2_short_timeout, train_2x2_elastic_short_timeout)}
 
 
 def fault_for(kind: str, trial: int) -> Fault:
@@ -126,9 +135,10 @@ def run_kind(kind: str, trials: int, root: Path) -> None:
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
     for trial in range(trials):
         fault = fault_for(kind, trial)
+        plugin_task, baseline_task = TASKS.get(kind, (train_2x2, train_2x2_elastic))
         for label, task, aggregation, decide in (
-            ("plugin", train_2x2, False, ours_worker),
-            ("baseline", train_2x2_elastic, True, lambda r: go_rule_worker(r.output_prefix)),
+            ("plugin", plugin_task, False, ours_worker),
+            ("baseline", baseline_task, True, lambda r: go_rule_worker(r.output_prefix)),
         ):
             spec = JobSpec(task=task, nnodes=2, nproc_per_node=2, store=StoreAccess(str(root / "store")),
                            fault=fault, aggregation=aggregation)

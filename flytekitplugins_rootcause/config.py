@@ -42,6 +42,10 @@ DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
 #: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
 DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
 
+#: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
+#: a few hundred KB per process. It is what names a rank that never entered a collective.
+DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
+
 
 @dataclass
 class ElasticRootCause(Elastic):
@@ -66,6 +70,11 @@ class ElasticRootCause(Elastic):
         collective_timeout_s: default timeout of process groups created without an explicit
             ``timeout`` (``None``: torch's default, 10 min for NCCL and 30 min for other backends).
         unbuffered_output: ``PYTHONUNBUFFERED=1`` if unset, so a killed worker's last lines reach the log.
+        hang_probe: before tearing live workers down after a collective timeout, ask each for its
+            stacks and its last collective (``docs/hung_ranks.md``), so a rank that hung is named.
+        flight_recorder_entries: ``TORCH_FR_BUFFER_SIZE`` if the pod sets neither it nor
+            ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (``None``: leave torch's default, off): torch's Flight
+            Recorder, which numbers the collectives each rank entered (gloo and NCCL).
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
@@ -80,6 +89,8 @@ class ElasticRootCause(Elastic):
     nccl_async_error_handling: int | None = DEFAULT_NCCL_ASYNC_ERROR_HANDLING
     collective_timeout_s: float | None = None
     unbuffered_output: bool = True
+    hang_probe: bool = True
+    flight_recorder_entries: int | None = DEFAULT_FLIGHT_RECORDER_ENTRIES
 
     def __post_init__(self) -> None:
         if self.monitor_interval <= 0:
@@ -102,6 +113,10 @@ class ElasticRootCause(Elastic):
             )
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
             raise ValueError(f"collective_timeout_s must be > 0 seconds, got {self.collective_timeout_s!r}")
+        if self.flight_recorder_entries is not None and (
+            isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
+        ):
+            raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task
 

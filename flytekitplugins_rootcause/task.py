@@ -37,7 +37,9 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
 from flytekitplugins_rootcause.agent.diagnosis.deck import publish_timeline_deck
-from flytekitplugins_rootcause.agent.diagnosis.root_cause import agent_timeline, diagnose, root_cause_error
+from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
+from flytekitplugins_rootcause.agent.diagnosis.hang import stalled_collective
+from flytekitplugins_rootcause.agent.diagnosis.root_cause import agent_timeline, rank_evidence, root_cause_error
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.agent.rendezvous_host import this_agent_hosts_rendezvous
@@ -89,7 +91,9 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         pre-check; the process settings come first so the hooks after them see them applied.
         """
         hooks: list[Callable[[], None] | None] = [
-            WorkerProcessSettings(collective_timeout_s=self.task_config.collective_timeout_s)
+            WorkerProcessSettings(
+                collective_timeout_s=self.task_config.collective_timeout_s, hang_probe=self.task_config.hang_probe
+            )
         ]
         if self.task_config.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.worker import StragglerCheckHook
@@ -106,7 +110,12 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         settings = watchdog_settings(self.task_config)
         peers = PeerWatch(current_worker_name(), hosts_store=this_agent_hosts_rendezvous)
         with task_function_swapped(self, recording), DeathWatcher() as watcher:
-            observer = LaunchObserver(watcher, teardown_grace_s=self.task_config.teardown_grace_s)
+            observer = LaunchObserver(
+                watcher,
+                teardown_grace_s=self.task_config.teardown_grace_s,
+                probe_before_teardown=self.task_config.hang_probe,
+            )
+            peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
             try:
                 with (
                     applied_environment(agent_environment(self.task_config)),
@@ -132,6 +141,18 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                 peers.stop()
 
 
+def _end_running_attempt(observer: LaunchObserver) -> None:
+    """Another pod's launch failed: end this pod's workers still running (probed first, as in any teardown).
+
+    They could only fail as victims now; one that hangs would never fail at all, and this pod would
+    hold the job until the operator deleted it, with no report of its own.
+    """
+    attempt = observer.last_attempt()
+    if attempt is not None and observer.teardown_ns(attempt) is None:
+        logger.warning("another pod's launch failed: ending this pod's workers of attempt %d", attempt)
+        observer.end_workers(attempt, probe=True)
+
+
 def _root_cause_error(
     observer: LaunchObserver,
     peers: PeerWatch,
@@ -142,13 +163,16 @@ def _root_cause_error(
 
     ``agent_error``: what ended torch's agent when it was not a worker failure (a lost store).
     """
-    peers.announce_failure()  # first: the other pods must not take this one for lost
-    failures = diagnose(observer, child_failed)
+    evidence, teardown_ns = gather_evidence(observer, child_failed)
+    # first: the other pods must not take this one for lost, and may need the collective it timed out in
+    peers.announce_failure(stalled_collective(item.recorded for item in evidence))
+    failures = rank_evidence(evidence, teardown_ns, peers.announced_stalls())
     if not failures:
         logger.warning("no failed worker found in the launch; reporting torch's error as is")
         return None
     # only victims here: was the peer that failed us lost with its whole pod?
     lost = peers.lost_peers() if failures[0].role == Role.VICTIM else ()
+    peers.leave()  # last: a peer that outlives this pod's store would take it for lost
     note = agent_timeline(observer, failures)
     if agent_error is not None:
         note = f"The agent itself failed: {exception_summary(agent_error)}\n{note}"

@@ -43,13 +43,15 @@ class TimeSource(enum.StrEnum):
     ``RECORDED``: the worker stamped the exception itself; ``OBSERVED``: the agent's death watcher saw
     the process exit; ``DETECTED``: the agent's monitor loop noticed the failure (up to
     ``monitor_interval`` late); ``REPORTED``: a timestamp read back from a Flyte error document;
-    ``UNKNOWN``: no time at all.
+    ``LAST_PROGRESS``: a worker that hung: when it was last seen making progress (it entered its
+    last collective then); ``UNKNOWN``: no time at all.
     """
 
     RECORDED = "recorded"
     OBSERVED = "observed"
     DETECTED = "detected"
     REPORTED = "reported"
+    LAST_PROGRESS = "last-progress"
     UNKNOWN = "unknown"
 
 

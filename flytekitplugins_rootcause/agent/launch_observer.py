@@ -33,6 +33,7 @@ import logging
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +42,11 @@ from typing import Any
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher, ProcessExit
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
+from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer, probe_workers
 from flytekitplugins_rootcause.upstream import torch_elastic
+from flytekitplugins_rootcause.worker.recorder import read_error_file
+from rootcause_core.collectives import is_timeout_message
+from rootcause_core.roles import is_victim_message
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +73,13 @@ def _int_or_none(value: Any) -> int | None:
 class LaunchObserver:
     """Collects the workers, exits and teardown times of one ``elastic_launch``."""
 
-    def __init__(self, watcher: DeathWatcher, *, teardown_grace_s: float | None = None) -> None:
+    def __init__(
+        self, watcher: DeathWatcher, *, teardown_grace_s: float | None = None, probe_before_teardown: bool = False
+    ) -> None:
         self.watcher = watcher
         self.teardown_grace_s = teardown_grace_s
+        self.probe_before_teardown = probe_before_teardown
+        self._probes: dict[int, ProbeAnswer] = {}
         self._lock = threading.Lock()
         self._workers: list[LaunchedWorker] = []
         self._teardown_ns: dict[int, int] = {}
@@ -113,6 +122,49 @@ class LaunchObserver:
         """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
         with self._lock:
             self._teardown_done_ns.setdefault(attempt, time.time_ns())
+
+    def probe_live_workers(self, attempt: int) -> None:
+        """Ask ``attempt``'s live workers where they are (``worker_probe``), once, before they are ended.
+
+        Only with ``probe_before_teardown``; the answers are kept for the diagnosis (:meth:`probe_of`).
+        A worker that recorded its error is not asked: its failure is known, and it may be shutting
+        its interpreter down, which restores the signal's default action (death by the probe).
+        """
+        if not self.probe_before_teardown:
+            return
+        with self._lock:
+            asked = set(self._probes)
+        live = [
+            (worker.pid, worker.error_file)
+            for worker in self.workers_of(attempt)
+            if worker.pid not in asked
+            and not (worker.error_file and os.path.exists(worker.error_file))
+            and self.watcher.confirm_exit(worker.pid) is None
+        ]
+        if not live:
+            return
+        answers = probe_workers(live)
+        with self._lock:
+            self._probes.update(answers)
+
+    def stall_suspected(self, attempt: int) -> bool:
+        """A worker of ``attempt`` failed as a peer's hang makes it fail: a collective timeout it
+        recorded, or SIGABRT with nothing recorded (NCCL's watchdog on a timed-out collective)."""
+        for worker in self.workers_of(attempt):
+            recorded = read_error_file(worker.error_file) if worker.error_file else None
+            if recorded is not None:
+                if is_timeout_message(recorded.message) and is_victim_message(recorded.message):
+                    return True
+                continue
+            exit_ = self.watcher.exit_of(worker.pid)
+            if exit_ is not None and exit_.signal_number == signal.SIGABRT:
+                return True
+        return False
+
+    def probe_of(self, worker: LaunchedWorker) -> ProbeAnswer | None:
+        """What ``worker`` answered when probed before the teardown, if it was and did."""
+        with self._lock:
+            return self._probes.get(worker.pid)
 
     def teardown_done_ns(self, attempt: int) -> int | None:
         with self._lock:
@@ -227,6 +279,8 @@ class LaunchObserver:
         def wrap(original_close: Callable[..., None]) -> Callable[..., None]:
             def close(death_sig: Any = None, timeout: float = 30) -> None:
                 self.note_teardown(attempt)
+                if self.stall_suspected(attempt):
+                    self.probe_live_workers(attempt)
                 if grace is not None:
                     timeout = min(timeout, grace)
                 original_close(death_sig, timeout)
@@ -293,8 +347,12 @@ class LaunchObserver:
 
         torch_elastic.wrap_join(process_context, wrap)
 
-    def end_workers(self, attempt: int) -> None:
+    def end_workers(self, attempt: int, *, probe: bool = False) -> None:
         """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
+
+        Probed first (:meth:`probe_live_workers`) when asked (``probe``: another pod's failure ended
+        this one's workers) or when a worker of the attempt failed the way a peer's hang shows
+        (:meth:`stall_suspected`); a failure that names its own cause costs the teardown nothing.
 
         The one teardown of both the join wrapper and the agent watchdog. It includes a failed
         worker still unwinding after recording its exception: waiting for its interpreter's shutdown
@@ -305,6 +363,8 @@ class LaunchObserver:
         still collects every worker and the watcher still reads each status.
         """
         self.note_teardown(attempt)
+        if probe or self.stall_suspected(attempt):
+            self.probe_live_workers(attempt)
         grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
         exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
         live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]

@@ -11,7 +11,12 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   until it knows every member;
 - **liveness**: the same thread writes a heartbeat key every ``interval_s`` (the pod's wall time);
 - **failures**: an agent whose workers failed says so in the store (:meth:`announce_failure`)
-  before it diagnoses anything, so its peers know it is not lost, only failing.
+  before it diagnoses anything, so its peers know it is not lost, only failing; with it, the
+  collective its workers timed out in, if they did (``rootcause_core.collectives``). The heartbeat
+  thread of every other pod sees the announcement (one counter read per beat) and calls the
+  agent's ``on_peer_failure``: a pod whose workers are all still running, because one of them
+  hangs and the others wait for it without a timeout of their own, would otherwise never fail,
+  and the hung rank would never be named.
 
 When this pod's workers fail as victims, :meth:`lost_peers` watches the others for up to
 ``lost_after_s``: a peer whose heartbeat moves on, or that announced a failure, is alive (it will
@@ -36,6 +41,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
+from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member, member_from_entry
 
 logger = logging.getLogger(__name__)
@@ -60,6 +66,18 @@ def _alive_key(group_rank: int) -> str:
 
 def _failed_key(group_rank: int) -> str:
     return f"{_KEY_PREFIX}failed/{group_rank}"
+
+
+def _done_key(group_rank: int) -> str:
+    return f"{_KEY_PREFIX}done/{group_rank}"
+
+
+def _stalled_key(group_rank: int) -> str:
+    return f"{_KEY_PREFIX}stalled/{group_rank}"
+
+
+#: How many pods announced a failure in the round (a store counter, read once per heartbeat).
+_FAILURES_KEY = f"{_KEY_PREFIX}failures"
 
 
 #: What the store raises when it cannot be reached (torch's ``DistError`` family is ``RuntimeError``).
@@ -97,6 +115,11 @@ class PeerWatch:
         self._store_lock = threading.Lock()  # no store operation in flight while workers fork
         self._round: _Round | None = None
         self._thread: threading.Thread | None = None
+        self._on_peer_failure: Callable[[], None] | None = None
+
+    def when_a_peer_fails(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the heartbeat thread, once per round) when another pod announces a failure."""
+        self._on_peer_failure = callback
 
     # --- the agent's calls ---------------------------------------------------------------------
 
@@ -136,11 +159,61 @@ class PeerWatch:
             current = self._round
             return () if current is None else tuple(current.members[r] for r in sorted(current.members))
 
-    def announce_failure(self) -> None:
-        """Tell the peers this pod's workers failed (so they do not take it for a lost pod)."""
+    def announce_failure(self, stalled: CollectivePosition | None = None) -> None:
+        """Tell the peers this pod's workers failed (so they do not take it for a lost pod), and in
+        which collective they timed out, if they did (so a peer can name its rank that never entered it)."""
         current = self._current()
-        if current is not None:
-            self._call(current, "set", _failed_key(current.own.group_rank), str(time.time_ns()))
+        if current is None:
+            return
+        rank = current.own.group_rank
+        if stalled is not None:
+            self._call(current, "set", _stalled_key(rank), json.dumps(stalled.to_json()))
+        self._call(current, "set", _failed_key(rank), str(time.time_ns()))
+        self._call(current, "add", _FAILURES_KEY, 1)
+
+    def leave(self) -> None:
+        """Say this pod is done with the store; if it hosts it, keep it until every peer is done too.
+
+        The store dies with its host's process. A peer still looking for lost pods when it goes
+        (:meth:`lost_peers`) would find it gone and name this pod lost, although it announced its
+        failure. The host waits for every peer's "done" (each says it after its own search), or for
+        as long as one search can take, whichever comes first; the pods of a failed job get there
+        within moments of each other, so the wait is short unless a peer is really gone.
+        """
+        current = self._current()
+        if current is None or current.world_size < 2:
+            return
+        self._call(current, "set", _done_key(current.own.group_rank), str(time.time_ns()))
+        if not current.own.hosts_store:
+            return
+        pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank}
+        deadline = time.monotonic() + self.lost_after_s + 2 * self.interval_s
+        while pending and time.monotonic() < deadline:
+            for rank in sorted(pending):
+                done, ok = self._read(current, _done_key(rank))
+                if not ok:
+                    return
+                if done is not None:
+                    pending.discard(rank)
+            if pending:
+                time.sleep(self.interval_s / 5)
+
+    def announced_stalls(self) -> tuple[CollectivePosition, ...]:
+        """The collectives other pods announced they timed out in (read from the store now)."""
+        current = self._current()
+        if current is None or current.world_size < 2:
+            return ()
+        stalls = []
+        for rank in range(current.world_size):
+            if rank == current.own.group_rank:
+                continue
+            value, ok = self._read(current, _stalled_key(rank))
+            if not ok:
+                break
+            stall = _parse_stall(value)
+            if stall is not None:
+                stalls.append(stall)
+        return tuple(stalls)
 
     def lost_peers(self) -> tuple[LostPeer, ...]:
         """The peers that are gone: no heartbeat and no failure announced within ``lost_after_s``."""
@@ -184,11 +257,27 @@ class PeerWatch:
     # --- the watch's thread --------------------------------------------------------------------
 
     def _run(self, current: _Round) -> None:
+        told = False
         while not current.stop.is_set():
             self._call(current, "set", _alive_key(current.own.group_rank), str(time.time_ns()))
             if len(current.members) < current.world_size:
                 self._learn_members(current)
+            if not told and self._on_peer_failure is not None and self._a_peer_failed(current):
+                told = True
+                # on a thread of its own: ending this pod's workers takes up to the teardown grace,
+                # and the heartbeat must go on meanwhile (the other pods take a silent pod for lost)
+                threading.Thread(
+                    target=_call_logged, args=(self._on_peer_failure,), name="rootcause-peer-failed", daemon=True
+                ).start()
             current.stop.wait(self.interval_s)
+
+    def _a_peer_failed(self, current: _Round) -> bool:
+        """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""
+        count = self._call(current, "add", _FAILURES_KEY, 0)
+        if not count:
+            return False
+        own, ok = self._read(current, _failed_key(current.own.group_rank))
+        return ok and int(count) > (0 if own is None else 1)
 
     def _learn_members(self, current: _Round) -> None:
         for rank in range(current.world_size):
@@ -241,6 +330,13 @@ class PeerWatch:
             return False
 
 
+def _call_logged(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # a failure here must not pass silently, nor take the agent down
+        logger.exception("handling a peer's failure announcement failed")
+
+
 def _heartbeat_ns(value: bytes | None) -> int | None:
     """A peer's heartbeat time; ``None`` for none, or for a value that is no time (never trusted)."""
     try:
@@ -248,6 +344,16 @@ def _heartbeat_ns(value: bytes | None) -> int | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return ns if ns is not None and 0 <= ns < 2**63 else None
+
+
+def _parse_stall(value: bytes | None) -> CollectivePosition | None:
+    """A stalled collective read from the store; ``None`` for none or anything malformed."""
+    if value is None:
+        return None
+    try:
+        return CollectivePosition.from_json(json.loads(value.decode()))
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def _parse_member(value: bytes | None) -> Member | None:

@@ -22,6 +22,8 @@ from rootcause_core.worker_names import current_worker_name
 
 #: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
 COLLECTIVE_TIMEOUT_S = 20
+#: The collective timeout of the hung-rank tasks: short, so a hang surfaces in seconds.
+SHORT_COLLECTIVE_TIMEOUT_S = 3
 RANKS_DIR = "ranks"
 
 
@@ -34,9 +36,9 @@ def _record_placement(rank: int, pod: str, local_rank: int) -> None:
         (path / str(rank)).write_text(f"{pod}\n{local_rank}")
 
 
-def run_training(steps: int) -> float:
+def run_training(steps: int, collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> float:
     """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'."""
-    dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=collective_timeout_s))
     rank, pod, local_rank = dist.get_rank(), current_worker_name(), int(os.environ["LOCAL_RANK"])
     _record_placement(rank, pod, local_rank)
     dist.barrier()
@@ -70,3 +72,23 @@ def train_2x2_elastic(steps: int = 8) -> float:
 @task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=2))
 def train_3x2(steps: int = 8) -> float:
     return run_training(steps)
+
+
+# A rank that hangs: its peers time out in SHORT_COLLECTIVE_TIMEOUT_S. With 2 workers per pod the hung
+# rank's own pod sees its local peer time out; with 1, only the other pods' failure announcements
+# tell its agent that the job failed.
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2))
+def train_2x2_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=Elastic(nnodes=2, nproc_per_node=2))
+def train_2x2_elastic_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1))
+def train_3x1_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)

@@ -44,7 +44,8 @@ lets another version run (the symbols are still checked, their behaviour is not)
 - :mod:`.torch_worker` (each worker; torch):
   ``torch.distributed.elastic.multiprocessing.errors.error_handler.ErrorHandler._get_error_file_path``
   (called); ``torch.distributed.distributed_c10d.default_pg_timeout`` and
-  ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set).
+  ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set);
+  ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries).
 - :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
 - :mod:`.flytekit_entrypoint` (the entrypoint; flytekit): ``flytekit.bin.entrypoint.execute_task_cmd``
   (reused), ``flytekit.bin.entrypoint._dispatch_execute`` (replaced while the command runs),

@@ -1,4 +1,5 @@
-"""How a training worker reaches into torch: its error file's path and the default collective timeout.
+"""How a training worker reaches into torch: its error file's path, the default collective timeout, and
+its Flight Recorder.
 
 Apart from :mod:`.torch_elastic` so that a worker does not import torch's agent modules (workers
 must stay cheap to start). Both symbols are checked by the agent before it starts any worker
@@ -25,7 +26,18 @@ SYMBOLS: tuple[Symbol, ...] = (
     ),
     Symbol("torch", _C10D, "default_pg_timeout", "sets in each worker, when collective_timeout_s is set"),
     Symbol("torch", _C10D, "default_pg_nccl_timeout", "sets in each worker, when collective_timeout_s is set"),
+    Symbol(
+        "torch",
+        "torch._C._distributed_c10d",
+        "_dump_fr_trace",
+        "calls in a worker whose peers timed out, for the collectives it entered (Flight Recorder)",
+    ),
 )
+
+#: The Flight Recorder's ring size (entries per process); torch's own variable, for gloo and NCCL.
+FLIGHT_RECORDER_BUFFER_VAR = "TORCH_FR_BUFFER_SIZE"
+#: Its older, NCCL-only name, which torch still reads when the new one is unset.
+FLIGHT_RECORDER_NCCL_BUFFER_VAR = "TORCH_NCCL_TRACE_BUFFER_SIZE"
 
 
 def error_file_path(handler: object) -> str | None:
@@ -35,6 +47,13 @@ def error_file_path(handler: object) -> str | None:
     is what torch's own ``record_exception`` uses, so both agree on the path.
     """
     return handler._get_error_file_path()  # type: ignore[attr-defined]
+
+
+def worker_error_file() -> str | None:
+    """This worker's torch error file, as torch's ``ErrorHandler`` finds it (before any redirect)."""
+    from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
+
+    return error_file_path(ErrorHandler())
 
 
 def set_default_collective_timeout(seconds: float) -> None:
@@ -52,3 +71,24 @@ def set_default_collective_timeout(seconds: float) -> None:
     distributed_c10d.default_pg_timeout = timeout
     if distributed_c10d.default_pg_nccl_timeout is not None:
         distributed_c10d.default_pg_nccl_timeout = timeout
+
+
+def flight_recorder_entries() -> list[dict[str, object]] | None:
+    """This process's Flight Recorder entries (oldest first), ``None`` where torch cannot give them.
+
+    torch records every collective a process group of this process *enters* (gloo and NCCL alike in
+    torch 2.13) when ``TORCH_FR_BUFFER_SIZE`` was set before the group was made; the dump is the
+    pickle torch's ``fr_trace`` analyzer reads. Each entry has ``pg_id``, ``collective_seq_id``,
+    ``profiling_name`` (e.g. ``gloo:all_reduce``) and ``time_created_ns``. Never raises: it runs on
+    a failure path and in a signal handler.
+    """
+    try:
+        import pickle
+
+        from torch._C import _distributed_c10d
+
+        dump = pickle.loads(_distributed_c10d._dump_fr_trace(True, False, False))
+        entries = dump.get("entries", []) if isinstance(dump, dict) else []
+        return [entry for entry in entries if isinstance(entry, dict)]
+    except Exception:
+        return None

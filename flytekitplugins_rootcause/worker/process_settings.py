@@ -24,7 +24,13 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from flytekitplugins_rootcause.upstream.torch_worker import set_default_collective_timeout
+from flytekitplugins_rootcause.upstream.torch_worker import (
+    FLIGHT_RECORDER_BUFFER_VAR,
+    FLIGHT_RECORDER_NCCL_BUFFER_VAR,
+    set_default_collective_timeout,
+    worker_error_file,
+)
+from flytekitplugins_rootcause.worker.hang_probe import install_hang_probe
 
 #: Seconds without a heartbeat from NCCL's watchdog thread before its monitor aborts the process.
 NCCL_HEARTBEAT_TIMEOUT_VAR = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
@@ -45,12 +51,20 @@ def agent_environment(config: Any) -> dict[str, str]:
         wanted[OMP_NUM_THREADS_VAR] = "1"
     if config.unbuffered_output:
         wanted[PYTHONUNBUFFERED_VAR] = "1"
+    if config.flight_recorder_entries is not None:
+        wanted[FLIGHT_RECORDER_BUFFER_VAR] = str(int(config.flight_recorder_entries))
     return wanted
 
 
 def unset_only(wanted: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """The part of ``wanted`` the environment does not set yet (a user's value always wins). Pure."""
-    return {name: value for name, value in wanted.items() if name not in environ}
+    """The part of ``wanted`` the environment does not set yet (a user's value always wins). Pure.
+
+    The Flight Recorder's size counts as set when the pod sets either of torch's names for it.
+    """
+    applied = {name: value for name, value in wanted.items() if name not in environ}
+    if FLIGHT_RECORDER_NCCL_BUFFER_VAR in environ:
+        applied.pop(FLIGHT_RECORDER_BUFFER_VAR, None)
+    return applied
 
 
 @contextlib.contextmanager
@@ -87,10 +101,13 @@ class WorkerProcessSettings:
     """Worker-side settings, applied in each worker before the user's function (picklable)."""
 
     collective_timeout_s: float | None = None
+    hang_probe: bool = False
 
     def __call__(self) -> None:
         if self.collective_timeout_s is not None:
             set_default_collective_timeout(self.collective_timeout_s)
+        if self.hang_probe:
+            install_hang_probe(worker_error_file())
         if os.environ.get(PYTHONUNBUFFERED_VAR):
             _line_buffer_stdio()
 

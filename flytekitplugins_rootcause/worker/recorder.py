@@ -22,7 +22,6 @@ import json
 import os
 import socket
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,9 @@ from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
 
 from flytekitplugins_rootcause.upstream.torch_worker import error_file_path
+from flytekitplugins_rootcause.worker.complete_files import write_complete
+from flytekitplugins_rootcause.worker.hang_probe import collective_positions_json
+from rootcause_core.collectives import CollectivePosition, positions_from_json
 from rootcause_core.safe_text import (
     MAX_WORKER_ERROR_FILE_BYTES,
     MAX_WORKER_TEXT_BYTES,
@@ -73,23 +75,8 @@ class RecordedError:
     host: str
     worker: str
     pid: int | None
-
-
-def write_complete(path: str, text: str) -> None:
-    """Write ``text`` so that ``path`` appears only complete (a temporary sibling, then a rename).
-
-    The agent takes an error file that exists as the worker's committed failure and may tear the
-    worker down at once (:mod:`flytekitplugins_rootcause.agent.launch_observer`); a half-written file
-    would lose the message. Like
-    torch's own writer, a failure to write only warns: the worker is failing already.
-    """
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as exc:
-        warnings.warn(f"Unable to write the error file {path}: {exc}", stacklevel=2)
+    #: The last collective this worker had entered per process group when it failed (Flight Recorder).
+    collectives: tuple[CollectivePosition, ...] = ()
 
 
 class RootCauseErrorHandler(ErrorHandler):
@@ -141,6 +128,7 @@ def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
             "host": safe_line(socket.gethostname()),
             "worker": safe_line(current_worker_name()),
             "pid": os.getpid(),
+            "collectives": collective_positions_json(),
         },
     }
 
@@ -193,6 +181,7 @@ def parse_error_file(text: str) -> RecordedError:
         host=safe_line(str(ours.get("host", ""))),
         worker=safe_line(str(ours.get("worker", ""))),
         pid=opt_int("pid"),
+        collectives=tuple(positions_from_json(ours.get("collectives"))),
     )
 
 

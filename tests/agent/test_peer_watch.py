@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import threading
 import time
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from torch.distributed import TCPStore
 
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
+from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member
 
 INTERVAL_S = 0.05
@@ -137,3 +139,53 @@ def test_lost_peer_entries_are_what_the_testimony_carries(server_port: int) -> N
         assert isinstance(lost, LostPeer) and lost.entry()[:2] == [1, "w1"]
     finally:
         survivor.stop()
+
+
+def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_collective(server_port: int) -> None:
+    """A pod whose workers timed out says in which collective; every other pod's heartbeat thread calls
+    its agent back once (a pod whose rank hangs would otherwise never fail), never for its own."""
+    calls: dict[str, int] = {"w0": 0, "w1": 0, "w2": 0}
+    pods = [watch(f"w{r}", client(server_port), r, 3) for r in range(3)]
+    try:
+        for pod in pods:
+            pod.when_a_peer_fails(lambda name=pod.worker: calls.__setitem__(name, calls[name] + 1))
+        stalled = CollectivePosition("0", 5, "gloo:all_reduce", 123)
+        pods[2].announce_failure(stalled)
+        deadline = time.monotonic() + 60
+        while (calls["w0"] == 0 or calls["w1"] == 0) and time.monotonic() < deadline:
+            time.sleep(INTERVAL_S)
+        time.sleep(10 * INTERVAL_S)  # more beats: still once each
+        assert calls == {"w0": 1, "w1": 1, "w2": 0}
+        assert pods[0].announced_stalls() == (stalled,) and pods[2].announced_stalls() == ()
+        pods[1].announce_failure()  # a failure with no timeout announces no collective
+        assert pods[0].announced_stalls() == (stalled,)
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
+def test_the_store_host_leaves_only_after_its_peers_are_done(server_port: int) -> None:
+    """The store dies with its host: the host waits for every peer's "done" (bounded), so a peer still
+    searching for lost pods never finds the store gone and the host taken for lost."""
+    host, peer = watch("w0", client(server_port), 0, 2, hosts_store=True), watch("w1", client(server_port), 1, 2)
+    try:
+        left = threading.Event()
+        leaving = threading.Thread(target=lambda: (host.leave(), left.set()))
+        leaving.start()
+        assert not left.wait(timeout=0.5)  # the peer has not said it is done
+        peer.leave()
+        assert left.wait(timeout=60)
+        leaving.join()
+    finally:
+        host.stop()
+        peer.stop()
+
+
+def test_the_store_host_does_not_wait_forever_for_a_peer_that_never_finishes(server_port: int) -> None:
+    host = watch("w0", client(server_port), 0, 2, hosts_store=True, window_s=0.2)
+    silent = watch("w1", client(server_port), 1, 2)
+    try:
+        host.leave()  # returns after the bound: the peer may be gone for good
+    finally:
+        host.stop()
+        silent.stop()

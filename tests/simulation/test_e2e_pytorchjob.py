@@ -19,7 +19,12 @@ from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2, train_3x2
+from flytekitplugins_rootcause.simulation.training import (
+    train_2x2,
+    train_2x2_short_timeout,
+    train_3x1_short_timeout,
+    train_3x2,
+)
 from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
 from tests.timestamps import assert_sub_second
@@ -27,8 +32,9 @@ from tests.timestamps import assert_sub_second
 pytestmark = pytest.mark.slow
 
 
-def _run(store: StoreAccess, fault: Fault, tmp_path: Path, task: PythonTask = train_2x2, nnodes: int = 2) -> JobResult:
-    result = run_job(JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, store=store, fault=fault),
+def _run(store: StoreAccess, fault: Fault, tmp_path: Path, task: PythonTask = train_2x2, nnodes: int = 2,
+         nproc_per_node: int = 2) -> JobResult:
+    result = run_job(JobSpec(task=task, nnodes=nnodes, nproc_per_node=nproc_per_node, store=store, fault=fault),
                      work_dir=tmp_path)
     assert not result.timed_out, f"pods did not exit; logs in {result.sim_dir}"
     assert result.injected_rank is not None, "the faulty worker never started training"
@@ -105,6 +111,35 @@ def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, 
     ), logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
     assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
+
+
+@pytest.mark.parametrize(
+    ("task", "nnodes", "nproc_per_node", "pod"),
+    [(train_2x2_short_timeout, 2, 2, "train-worker-1"), (train_3x1_short_timeout, 3, 1, STORE_HOST_POD)],
+    ids=["2x2-beside-a-peer", "3x1-alone-in-the-store-host"],
+)
+def test_a_rank_that_hangs_is_named_with_its_stack_by_both_readers(
+    task: PythonTask, nnodes: int, nproc_per_node: int, pod: str, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """One rank sleeps at step 3 while its peers enter the next all-reduce and time out (3 s). Its
+    agent probes it before the teardown (its stack, its last collective): it is the root cause,
+    '[root cause] ... hung', and every timed-out peer a victim. Alone in its pod (3x1), nothing local
+    fails: the other pods' failure announcements end it."""
+    fault = Fault(FaultKind.HANG, pod=pod, local_rank=nproc_per_node - 1)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, task, nnodes, nproc_per_node)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
+    assert not read.skipped, read.skipped
+    root, *others = read.failures
+    assert (root.worker, root.global_rank, root.role) == (result.injected_worker, result.injected_rank,
+                                                          Role.CANDIDATE), logs
+    assert root.message.startswith(f"[root cause] rank {result.injected_rank} ") and " hung: " in root.message, logs
+    assert "never entered all_reduce #" in root.message and "in maybe_inject" in root.message, logs  # its stack
+    assert others and all(f.role == Role.VICTIM for f in others), logs
+    assert {f.worker for f in read.failures} == {f"train-worker-{i}" for i in range(nnodes)}, logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
+    assert console.message.startswith(f"[root cause] rank {result.injected_rank} "), f"Go rule: {console}"
 
 
 def test_on_fake_gcs_server(gcs_store: ObjectStore, tmp_path: Path) -> None:

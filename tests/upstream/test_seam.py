@@ -339,6 +339,29 @@ def _default_pg_nccl_timeout(_: Any) -> None:
     )
 
 
+#: A one-rank gloo group with the Flight Recorder on: two all-reduces, then the entries as the probe reads them.
+_FLIGHT_RECORDER_SCRIPT = """
+import os, tempfile
+os.environ["TORCH_FR_BUFFER_SIZE"] = "16"
+import torch, torch.distributed as dist
+from flytekitplugins_rootcause.upstream.torch_worker import flight_recorder_entries
+from rootcause_core.collectives import positions_from_entries
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+for _ in range(2):
+    dist.all_reduce(torch.ones(1))
+(position,) = positions_from_entries(flight_recorder_entries() or [])
+print(position.seq, position.op, position.entered_ns is not None)
+"""
+
+
+def _dump_fr_trace(_: Any) -> None:
+    done = subprocess.run([sys.executable, "-c", _FLIGHT_RECORDER_SCRIPT], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2", "gloo:all_reduce", "True"]
+
+
 def _log_handlers(_: Any) -> None:
     import torch  # noqa: F401  (sets up torch's own log handlers)
 
@@ -461,6 +484,7 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     "torch.distributed.distributed_c10d.default_pg_timeout": _default_pg_timeout,
     "torch.distributed.distributed_c10d.default_pg_nccl_timeout": _default_pg_nccl_timeout,
     "torch._logging._internal.handlers": _log_handlers,
+    "torch._C._distributed_c10d._dump_fr_trace": _dump_fr_trace,
     f"{ENTRYPOINT}.execute_task_cmd": _execute_task_cmd,
     f"{ENTRYPOINT}._dispatch_execute": _dispatch_execute,
     f"{ENTRYPOINT}._build_error_file_name": _build_error_file_name,

@@ -26,12 +26,17 @@ def test_defaults_ask_for_every_setting() -> None:
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
+        "TORCH_FR_BUFFER_SIZE": "2000",
     }
 
 
 def test_each_setting_can_be_left_to_torch() -> None:
     config = ElasticRootCause(
-        nproc_per_node=1, nccl_heartbeat_timeout_s=None, nccl_async_error_handling=None, unbuffered_output=False
+        nproc_per_node=1,
+        nccl_heartbeat_timeout_s=None,
+        nccl_async_error_handling=None,
+        unbuffered_output=False,
+        flight_recorder_entries=None,
     )
     assert agent_environment(config) == {}  # one worker per node: OpenMP may use the cores
 
@@ -43,6 +48,12 @@ def test_the_users_values_win() -> None:
     with applied_environment(wanted, environ) as applied:
         assert applied == {"B": "2"} and environ == {"A": "user", "B": "2"}
     assert environ == {"A": "user"}  # only what was applied is taken back
+
+
+def test_a_flight_recorder_size_set_under_torch_s_older_name_wins() -> None:
+    wanted = agent_environment(ElasticRootCause(nproc_per_node=1))
+    assert "TORCH_FR_BUFFER_SIZE" not in unset_only(wanted, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"})
+    assert unset_only(wanted, {})["TORCH_FR_BUFFER_SIZE"] == "2000"
 
 
 def test_hooks_compose_in_order() -> None:
@@ -104,7 +115,8 @@ def test_collective_timeout_becomes_the_default_of_new_process_groups() -> None:
 @pytest.mark.slow
 def test_workers_get_the_settings_and_the_users_value_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "1234")  # the user's, in the pod spec
-    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
+    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "TORCH_FR_BUFFER_SIZE",
+                 "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         monkeypatch.delenv(name, raising=False)
     report = tasks.reports_settings(marker_dir=str(tmp_path))
     assert report["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "1234"
@@ -112,6 +124,7 @@ def test_workers_get_the_settings_and_the_users_value_is_kept(tmp_path: Path, mo
     assert report["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == str(tasks.ASYNC_ERROR_HANDLING)
     assert report["OMP_NUM_THREADS"] == "1"
     assert report["PYTHONUNBUFFERED"] == "1"
+    assert report["TORCH_FR_BUFFER_SIZE"] == "2000"  # the Flight Recorder that names a hung rank
     # a collective the peer never joins fails with the configured timeout, not torch's 30 minutes:
     # gloo's error names the timeout it waited (how long that took is no test of the setting)
     assert report["collective"] != "completed"

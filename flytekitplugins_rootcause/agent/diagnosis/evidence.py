@@ -47,6 +47,7 @@ def gather_evidence(observer: LaunchObserver, child_failed: Any = None) -> tuple
                 and os.path.exists(os.path.join(error_dir, RECOVERABLE_ERROR_FILE_NAME)),
                 torch_exitcode=observer.torch_exitcode(launched),
                 exited_without_result=observer.exited_without_result(launched),
+                probe=observer.probe_of(launched),
             )
         )
     return evidence, observer.teardown_ns(attempt)

@@ -16,9 +16,10 @@ from typing import Any
 from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
 from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.agent.diagnosis.report import format_agent_timeline, format_root_cause_message
-from flytekitplugins_rootcause.agent.diagnosis.selection import is_recoverable, rank_failures
+from flytekitplugins_rootcause.agent.diagnosis.selection import WorkerEvidence, is_recoverable, rank_failures
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
+from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member, describe_lost_peer
 from rootcause_core.worker_names import current_worker_name
 
@@ -26,7 +27,20 @@ from rootcause_core.worker_names import current_worker_name
 def diagnose(observer: LaunchObserver, child_failed: Any = None) -> list[WorkerFailure]:
     """Every failure of the launch's last attempt, root cause first (empty when none failed)."""
     evidence, teardown_ns = gather_evidence(observer, child_failed)
-    return rank_failures(evidence, teardown_ns=teardown_ns, worker=current_worker_name(), host=socket.gethostname())
+    return rank_evidence(evidence, teardown_ns)
+
+
+def rank_evidence(
+    evidence: list[WorkerEvidence], teardown_ns: int | None, announced_stalls: tuple[CollectivePosition, ...] = ()
+) -> list[WorkerFailure]:
+    """``selection.rank_failures`` for this pod (its worker name and host)."""
+    return rank_failures(
+        evidence,
+        teardown_ns=teardown_ns,
+        worker=current_worker_name(),
+        host=socket.gethostname(),
+        announced_stalls=announced_stalls,
+    )
 
 
 def root_cause_error(

@@ -16,8 +16,11 @@ import dataclasses
 
 from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
 from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
+from flytekitplugins_rootcause.agent.diagnosis.hang import HangVerdict, hang_verdict, stalled_collective
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer
 from flytekitplugins_rootcause.worker.recorder import RecordedError
+from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_core.roles import classify_role
 from rootcause_core.timestamps import from_seconds
@@ -42,6 +45,7 @@ class WorkerEvidence:
     recoverable_marker: bool = False
     torch_exitcode: int | None = None  # from torch's process handle; negative N: signal N
     exited_without_result: bool = False  # a function worker that exited 0 before returning
+    probe: ProbeAnswer | None = None  # its answer when probed before the teardown (it was alive)
 
 
 #: Why a function worker that exited with code 0 before returning its result failed.
@@ -93,12 +97,24 @@ def _terminated_by_agent(evidence: WorkerEvidence, failure_ns: int | None, teard
 
 
 def build_failure(
-    evidence: WorkerEvidence, *, teardown_ns: int | None, worker: str, host: str
+    evidence: WorkerEvidence,
+    *,
+    teardown_ns: int | None,
+    worker: str,
+    host: str,
+    stalled: CollectivePosition | None = None,
 ) -> WorkerFailure | None:
-    """The failure record of one worker, or ``None`` when it did not fail."""
+    """The failure record of one worker, or ``None`` when it did not fail.
+
+    ``stalled``: the collective peers timed out in (``hang.stalled_collective``); a worker alive at
+    teardown that never entered it is the hung root cause (``hang.hang_verdict``).
+    """
     exitcode, signal_number = _exit_status(evidence)
     if not _failed(evidence, exitcode, signal_number):
         return None
+    hang = hang_verdict(evidence.probe, stalled)
+    if hang is not None:
+        return _hung_failure(evidence, hang, exitcode, signal_number, worker=worker, host=host)
     timestamp_ns, source = _failure_time(evidence)
     recorded = evidence.recorded
     # torch's own text for a worker without an error file ("Signal 9 (SIGKILL) received by PID ...")
@@ -140,14 +156,57 @@ def build_failure(
     )
 
 
+def _hung_failure(
+    evidence: WorkerEvidence,
+    hang: HangVerdict,
+    exitcode: int | None,
+    signal_number: int | None,
+    *,
+    worker: str,
+    host: str,
+) -> WorkerFailure:
+    """The record of a worker the agent ended while it hung: a root cause, at its last progress."""
+    launched = evidence.launched
+    return WorkerFailure(
+        global_rank=launched.global_rank,
+        local_rank=launched.local_rank,
+        group_rank=launched.group_rank,
+        worker=worker,
+        host=host,
+        pid=launched.pid,
+        exitcode=exitcode,
+        signal_number=signal_number,
+        exception_type=None,
+        message=hang.message(),
+        traceback=hang.stacks_text(),
+        timestamp_ns=hang.last_progress_ns,
+        time_source=TimeSource.LAST_PROGRESS,
+        role=Role.CANDIDATE,
+        recoverable=evidence.recoverable_marker,
+        source=launched.error_file,
+        attempt=launched.attempt,
+    )
+
+
 def rank_failures(
-    evidence: list[WorkerEvidence], *, teardown_ns: int | None, worker: str, host: str
+    evidence: list[WorkerEvidence],
+    *,
+    teardown_ns: int | None,
+    worker: str,
+    host: str,
+    announced_stalls: tuple[CollectivePosition, ...] = (),
 ) -> list[WorkerFailure]:
-    """All failures of the attempt, root cause first (the shared rule of ``backend_reader``)."""
+    """All failures of the attempt, root cause first (the shared rule of ``backend_reader``).
+
+    ``announced_stalls``: collectives that peer pods announced they timed out in.
+    """
+    stalled = stalled_collective((item.recorded for item in evidence), announced_stalls)
     failures = [
         failure
         for item in evidence
-        if (failure := build_failure(item, teardown_ns=teardown_ns, worker=worker, host=host)) is not None
+        if (
+            failure := build_failure(item, teardown_ns=teardown_ns, worker=worker, host=host, stalled=stalled)
+        ) is not None
     ]
     return order_failures(failures)
 

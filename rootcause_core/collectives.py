@@ -1,0 +1,105 @@
+"""Where a rank stood in its collectives, and the rule that names a hung rank from it.
+
+Why: a rank that stops making progress (stuck in user code, a data loader, a dead GPU kernel) raises
+nothing; its peers enter the next collective without it and, after the collective timeout, fail with
+"timed out" errors, which are victims' errors. The hung rank is the one that never *entered* the
+collective its peers timed out in. torch's Flight Recorder numbers the collectives each process
+group enters (``collective_seq_id``, the same number on every rank for the same call), so comparing
+the last number each rank reached finds it, as torch's own ``fr_trace`` analyzer does for NCCL dumps.
+
+A :class:`CollectivePosition` is the last collective one rank entered in one process group. A worker
+writes its positions into its error file when it fails, and into a probe file when the agent asks a
+live worker before tearing it down (``flytekitplugins_rootcause.worker.hang_probe``). Pure: used by
+the agent's diagnosis and its tests alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: Lower-case fragments of a collective that ran out of time (gloo: "Timed out waiting 3000ms for
+#: recv operation to complete"; NCCL watchdog: "Watchdog caught collective operation timeout").
+TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class CollectivePosition:
+    """The last collective a rank entered in process group ``pg``: its sequence number and name."""
+
+    pg: str
+    seq: int
+    op: str = ""
+    entered_ns: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: object) -> CollectivePosition | None:
+        """Parse one entry written by :meth:`to_json`; ``None`` for anything malformed."""
+        if not isinstance(value, Mapping):
+            return None
+        pg, seq, op, entered = value.get("pg"), value.get("seq"), value.get("op", ""), value.get("entered_ns")
+        if not isinstance(pg, str) or not isinstance(op, str) or not _is_int(seq) or seq < 0:
+            return None
+        if entered is not None and not _is_int(entered):
+            return None
+        return cls(pg=pg[:64], seq=seq, op=op[:64], entered_ns=entered)
+
+    def describe(self) -> str:
+        """``all_reduce #4 of process group 0`` (the backend prefix of torch's name dropped)."""
+        name = self.op.split(":", 1)[-1] or "collective"
+        return f"{name} #{self.seq} of process group {self.pg}"
+
+
+def positions_from_entries(entries: Iterable[Mapping[str, Any]]) -> list[CollectivePosition]:
+    """The last collective entered per process group, from Flight Recorder entries (any order)."""
+    last: dict[str, CollectivePosition] = {}
+    for entry in entries:
+        seq = entry.get("collective_seq_id")
+        if not _is_int(seq):
+            continue
+        created = entry.get("time_created_ns")
+        position = CollectivePosition(
+            pg=str(entry.get("pg_id", "")),
+            seq=seq,
+            op=str(entry.get("profiling_name") or ""),
+            entered_ns=created if _is_int(created) else None,
+        )
+        if position.pg not in last or position.seq >= last[position.pg].seq:
+            last[position.pg] = position
+    return sorted(last.values())
+
+
+def positions_from_json(values: object) -> list[CollectivePosition]:
+    """Parse a list written with :meth:`CollectivePosition.to_json`, dropping malformed entries."""
+    if not isinstance(values, list):
+        return []
+    return [position for value in values if (position := CollectivePosition.from_json(value)) is not None]
+
+
+def is_timeout_message(message: str) -> bool:
+    """True when a (victim's) error text says a collective or its transport ran out of time."""
+    lowered = message.lower()
+    return any(pattern in lowered for pattern in TIMEOUT_PATTERNS)
+
+
+def timed_out_in(positions: Iterable[CollectivePosition]) -> CollectivePosition | None:
+    """The collective a rank that failed with a timeout was waiting in: its latest entered one."""
+    return max(positions, key=lambda position: (position.entered_ns or 0, position.seq), default=None)
+
+
+def entered(stalled: CollectivePosition, positions: Iterable[CollectivePosition]) -> bool | None:
+    """Whether a rank whose ``positions`` these are entered ``stalled``: ``False`` when its last
+    collective in that group has a lower number, ``None`` when it has none in that group (not a
+    member, or no Flight Recorder: the caller must look elsewhere, e.g. at its stack)."""
+    same_group = [position.seq for position in positions if position.pg == stalled.pg]
+    if not same_group:
+        return None
+    return max(same_group) >= stalled.seq

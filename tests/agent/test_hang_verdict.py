@@ -1,0 +1,104 @@
+"""Which live worker hung: the pure rule over probe answers and the peers' timeouts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
+from flytekitplugins_rootcause.agent.diagnosis.hang import hang_verdict, stalled_collective
+from flytekitplugins_rootcause.agent.diagnosis.selection import WorkerEvidence, rank_failures
+from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
+from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer
+from flytekitplugins_rootcause.worker.recorder import RecordedError
+from rootcause_core.collectives import CollectivePosition
+from rootcause_core.ordering import Role, TimeSource
+
+GLOO_TIMEOUT = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation"
+SLEEPING = 'Current thread 0x1 (most recent call first):\n  File "/app/train.py", line 12 in step\n'
+IN_ALL_REDUCE = (
+    'Current thread 0x1 (most recent call first):\n'
+    '  File "/venv/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+    '  File "/app/train.py", line 13 in step\n'
+)
+STALLED = CollectivePosition("0", 4, "gloo:all_reduce", 1_000)
+TEARDOWN_NS = 5_000
+
+
+def _recorded(message: str, collectives: tuple[CollectivePosition, ...] = (), at: int = 4_000) -> RecordedError:
+    return RecordedError(message, "tb", at, "builtins.RuntimeError", ("RuntimeError",), False, 0, 0, 0, "h", "pod-0",
+                         1, collectives)
+
+
+def _probe(stacks: str, collectives: tuple[CollectivePosition, ...] | None) -> ProbeAnswer:
+    return ProbeAnswer(pid=2, asked_ns=4_500, stacks=stacks, collectives=collectives)
+
+
+def test_the_stalled_collective_comes_from_a_timed_out_worker_or_a_peer_pods_announcement() -> None:
+    timed_out = _recorded(GLOO_TIMEOUT, (CollectivePosition("0", 3, entered_ns=500), STALLED))
+    assert stalled_collective([timed_out, None]) == STALLED
+    # a user's own exception or a peer that left is no stalled collective
+    assert stalled_collective([_recorded("ValueError: bad batch", (STALLED,))]) is None
+    assert stalled_collective([_recorded("Connection closed by peer", (STALLED,))]) is None
+    assert stalled_collective([None], announced=(STALLED,)) == STALLED
+
+
+def test_a_rank_behind_the_stalled_collective_hung_since_it_entered_its_last_one() -> None:
+    last = CollectivePosition("0", 3, "gloo:all_reduce", 700)
+    verdict = hang_verdict(_probe(SLEEPING, (last,)), STALLED)
+    assert verdict is not None and verdict.last == last and verdict.last_progress_ns == 700
+    assert "never entered all_reduce #4 of process group 0" in verdict.message()
+    assert "its last was all_reduce #3 of process group 0" in verdict.message()
+    assert SLEEPING in verdict.stacks_text()
+
+
+def test_a_rank_that_entered_the_stalled_collective_did_not_hang_wherever_it_is_now() -> None:
+    assert hang_verdict(_probe(SLEEPING, (STALLED,)), STALLED) is None
+
+
+def test_without_collectives_the_stacks_decide() -> None:
+    verdict = hang_verdict(_probe(SLEEPING, None), STALLED)
+    assert verdict is not None and verdict.last is None
+    assert verdict.last_progress_ns == STALLED.entered_ns  # its peers were in the collective then; it was not
+    assert hang_verdict(_probe(IN_ALL_REDUCE, None), STALLED) is None
+    assert hang_verdict(_probe(IN_ALL_REDUCE, ()), STALLED) is None
+
+
+def test_nothing_is_called_hung_without_a_stalled_collective_or_a_probe() -> None:
+    assert hang_verdict(_probe(SLEEPING, (CollectivePosition("0", 1),)), None) is None
+    assert hang_verdict(None, STALLED) is None
+
+
+def _evidence(local_rank: int, *, recorded: RecordedError | None, exit_ns: int, signal: int | None,
+              probe: ProbeAnswer | None = None) -> WorkerEvidence:
+    launched = LaunchedWorker(0, local_rank, local_rank, 0, 100 + local_rank, f"/tmp/{local_rank}/error.json")
+    return WorkerEvidence(launched, ProcessExit(100 + local_rank, exit_ns, None if signal else 1, signal),
+                          recorded, probe=probe)
+
+
+def test_in_a_pod_the_hung_rank_is_the_root_cause_and_its_timed_out_peer_a_victim() -> None:
+    timed_out = _evidence(0, recorded=_recorded(GLOO_TIMEOUT, (STALLED,)), exit_ns=5_200, signal=None)
+    hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15,
+                     probe=_probe(SLEEPING, (CollectivePosition("0", 3, "gloo:all_reduce", 700),)))
+    root, victim = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    assert (root.global_rank, root.role, root.time_source, root.timestamp_ns) == (1, Role.CANDIDATE,
+                                                                                 TimeSource.LAST_PROGRESS, 700)
+    assert root.message.startswith("hung: it never entered all_reduce #4")
+    assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
+
+
+def test_a_rank_ended_after_a_peer_pod_announced_its_timeout_is_named_from_the_announcement() -> None:
+    hung = _evidence(0, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, ()))
+    (root,) = rank_failures([hung], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(STALLED,))
+    assert (root.role, root.timestamp_ns) == (Role.CANDIDATE, STALLED.entered_ns)
+    (victim,) = rank_failures([hung], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h")
+    assert victim.role == Role.VICTIM
+
+
+def test_a_rank_that_raised_is_never_replaced_by_a_hang_verdict() -> None:
+    raised = _evidence(0, recorded=_recorded("ValueError: bad batch", (CollectivePosition("0", 3),), at=900),
+                       exit_ns=1_000, signal=None)
+    busy = dataclasses.replace(
+        _evidence(1, recorded=None, exit_ns=5_300, signal=15), probe=_probe(SLEEPING, (CollectivePosition("0", 3),))
+    )
+    root, victim = rank_failures([raised, busy], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    assert (root.global_rank, root.role) == (0, Role.CANDIDATE) and victim.role == Role.VICTIM

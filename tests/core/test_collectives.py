@@ -1,0 +1,72 @@
+"""The collective positions a rank reports, and the rule that says whether it entered a collective."""
+
+from __future__ import annotations
+
+import pytest
+
+from rootcause_core.collectives import (
+    CollectivePosition,
+    entered,
+    is_timeout_message,
+    positions_from_entries,
+    positions_from_json,
+    timed_out_in,
+)
+
+
+def _entry(pg: int, seq: int, name: str = "gloo:all_reduce", created: int | None = None) -> dict:
+    return {"pg_id": pg, "collective_seq_id": seq, "profiling_name": name, "time_created_ns": created}
+
+
+def test_the_last_collective_per_group_is_kept_from_flight_recorder_entries_in_any_order() -> None:
+    entries = [_entry(0, 3, created=30), _entry(1, 1, "gloo:barrier", 15), _entry(0, 1, created=10), _entry(0, 2)]
+    assert positions_from_entries(entries) == [
+        CollectivePosition("0", 3, "gloo:all_reduce", 30),
+        CollectivePosition("1", 1, "gloo:barrier", 15),
+    ]
+
+
+def test_entries_without_a_sequence_number_are_ignored() -> None:
+    entries = [{"pg_id": 0, "collective_seq_id": "3"}, {"pg_id": 0, "collective_seq_id": True}, {}]
+    assert positions_from_entries(entries) == []
+
+
+def test_positions_round_trip_through_json_and_malformed_ones_are_dropped() -> None:
+    good = CollectivePosition("0", 4, "nccl:all_reduce", 123)
+    values = [good.to_json(), {"pg": "0", "seq": -1}, {"pg": 0, "seq": 1}, {"pg": "0", "seq": True}, "junk",
+              {"pg": "0", "seq": 2, "entered_ns": "x"}]
+    assert positions_from_json(values) == [good]
+    assert positions_from_json("not a list") == []
+
+
+def test_a_rank_behind_in_the_group_never_entered_a_rank_at_or_past_it_did() -> None:
+    stalled = CollectivePosition("0", 4, "gloo:all_reduce", 100)
+    assert entered(stalled, [CollectivePosition("0", 3)]) is False
+    assert entered(stalled, [CollectivePosition("0", 4)]) is True
+    assert entered(stalled, [CollectivePosition("0", 5)]) is True
+    # another group only, or nothing: unknown (not a member, or no Flight Recorder)
+    assert entered(stalled, [CollectivePosition("1", 9)]) is None
+    assert entered(stalled, []) is None
+
+
+def test_the_collective_a_timed_out_rank_waited_in_is_its_latest_entered() -> None:
+    positions = [CollectivePosition("0", 7, entered_ns=50), CollectivePosition("1", 2, entered_ns=80)]
+    assert timed_out_in(positions) == CollectivePosition("1", 2, entered_ns=80)
+    assert timed_out_in([]) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "timeout"),
+    [
+        ("RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation", True),
+        ("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE)", True),
+        ("RuntimeError: Connection closed by peer [127.0.0.1]:1234", False),
+    ],
+)
+def test_timeout_messages_are_recognised(message: str, timeout: bool) -> None:
+    assert is_timeout_message(message) is timeout
+
+
+def test_describe_names_the_collective_without_its_backend() -> None:
+    assert CollectivePosition("0", 4, "gloo:all_reduce").describe() == "all_reduce #4 of process group 0"
+    assert CollectivePosition("2", 1).describe() == "collective #1 of process group 2"
