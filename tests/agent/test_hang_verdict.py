@@ -102,3 +102,15 @@ def test_a_rank_that_raised_is_never_replaced_by_a_hang_verdict() -> None:
     )
     root, victim = rank_failures([raised, busy], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role) == (0, Role.CANDIDATE) and victim.role == Role.VICTIM
+
+
+def test_a_hung_rank_that_records_the_teardown_s_signal_is_still_the_hung_root_cause() -> None:
+    """The teardown's SIGTERM reaches a hung rank sleeping in Python as torch's ``SignalException``,
+    which its recorder writes down: recorded after the teardown began, it does not clear the verdict."""
+    timed_out = _evidence(0, recorded=_recorded(GLOO_TIMEOUT, (STALLED,)), exit_ns=5_200, signal=None)
+    signalled = _recorded("SignalException: Process 101 got signal: 15", at=TEARDOWN_NS + 50)
+    hung = _evidence(1, recorded=signalled, exit_ns=5_300, signal=None,
+                     probe=_probe(SLEEPING, (CollectivePosition("0", 3, "gloo:all_reduce", 700),)))
+    root, _ = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    assert (root.global_rank, root.role, root.exception_type) == (1, Role.CANDIDATE, None)
+    assert root.message.startswith("hung: ")

@@ -112,9 +112,6 @@ def build_failure(
     exitcode, signal_number = _exit_status(evidence)
     if not _failed(evidence, exitcode, signal_number):
         return None
-    hang = hang_verdict(evidence.probe, stalled)
-    if hang is not None:
-        return _hung_failure(evidence, hang, exitcode, signal_number, worker=worker, host=host)
     timestamp_ns, source = _failure_time(evidence)
     recorded = evidence.recorded
     # torch's own text for a worker without an error file ("Signal 9 (SIGKILL) received by PID ...")
@@ -135,7 +132,7 @@ def build_failure(
         terminated_by_agent=_terminated_by_agent(evidence, timestamp_ns, teardown_ns),
     )
     launched = evidence.launched
-    return WorkerFailure(
+    failure = WorkerFailure(
         global_rank=launched.global_rank,
         local_rank=launched.local_rank,
         group_rank=launched.group_rank,
@@ -154,37 +151,21 @@ def build_failure(
         source=launched.error_file,
         attempt=launched.attempt,
     )
+    # a worker that failed on its own before the teardown is no hung one, whatever it answered
+    hang = None if failed_before_teardown else hang_verdict(evidence.probe, stalled)
+    return failure if hang is None else _as_hung(failure, hang)
 
 
-def _hung_failure(
-    evidence: WorkerEvidence,
-    hang: HangVerdict,
-    exitcode: int | None,
-    signal_number: int | None,
-    *,
-    worker: str,
-    host: str,
-) -> WorkerFailure:
+def _as_hung(failure: WorkerFailure, hang: HangVerdict) -> WorkerFailure:
     """The record of a worker the agent ended while it hung: a root cause, at its last progress."""
-    launched = evidence.launched
-    return WorkerFailure(
-        global_rank=launched.global_rank,
-        local_rank=launched.local_rank,
-        group_rank=launched.group_rank,
-        worker=worker,
-        host=host,
-        pid=launched.pid,
-        exitcode=exitcode,
-        signal_number=signal_number,
+    return dataclasses.replace(
+        failure,
         exception_type=None,
         message=hang.message(),
         traceback=hang.stacks_text(),
         timestamp_ns=hang.last_progress_ns,
         time_source=TimeSource.LAST_PROGRESS,
         role=Role.CANDIDATE,
-        recoverable=evidence.recoverable_marker,
-        source=launched.error_file,
-        attempt=launched.attempt,
     )
 
 
