@@ -7,13 +7,16 @@ call the root cause a victim of the teardown.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
 from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, LaunchObserver
+from flytekitplugins_rootcause.worker.recorder import build_error_file
 
 NEVER_S = 120.0
 
@@ -51,3 +54,41 @@ def test_a_worker_dead_before_teardown_is_recorded_before_it_without_the_watcher
         alive.stdin.close()
         alive.wait()
         dead.wait()
+
+
+def _error_file(tmp_path: Path, name: str, message: str | None) -> str:
+    path = tmp_path / name / "error.json"
+    path.parent.mkdir()
+    if message is not None:
+        path.write_text(json.dumps(build_error_file(RuntimeError(message), time.time_ns())))
+    return str(path)
+
+
+def test_only_a_failure_that_a_peer_s_hang_explains_makes_the_teardown_probe_first(tmp_path: Path) -> None:
+    """The probe costs a teardown up to a second: asked for only when a worker timed out in a
+    collective (gloo's text) or died by SIGABRT without an error file (NCCL's watchdog)."""
+    watcher = DeathWatcher()
+    try:
+        observer = LaunchObserver(watcher, probe_before_teardown=True)
+        timeout = "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation"
+        observer.add_worker(LaunchedWorker(0, 0, 0, 0, 2**22 + 1, _error_file(tmp_path, "a", "bad batch")))
+        assert not observer.stall_suspected(0)  # a worker's own exception: nothing to ask the others
+        observer.add_worker(LaunchedWorker(0, 1, 1, 0, 2**22 + 2, _error_file(tmp_path, "b", timeout)))
+        assert observer.stall_suspected(0)
+        assert not observer.stall_suspected(1)  # another attempt
+    finally:
+        watcher.close()
+
+
+def test_a_sigabrt_without_an_error_file_is_a_suspected_stall(tmp_path: Path) -> None:
+    aborted = subprocess.Popen([sys.executable, "-c", "import os; os.abort()"])
+    watcher = DeathWatcher()
+    try:
+        observer = LaunchObserver(watcher)
+        observer.add_worker(LaunchedWorker(0, 0, 0, 0, aborted.pid, _error_file(tmp_path, "a", None)))
+        _wait_until_waitable(aborted.pid)
+        assert watcher.confirm_exit(aborted.pid) is not None
+        assert observer.stall_suspected(0)
+    finally:
+        watcher.close()
+        aborted.wait()
