@@ -94,6 +94,7 @@ class _Round:
         self.members: dict[int, Member] = {own.group_rank: own}
         self.stop = threading.Event()
         self.store_answered_ns: int | None = None  # the store's host was alive then (this pod's clock)
+        self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
 
 
 class PeerWatch:
@@ -178,7 +179,8 @@ class PeerWatch:
         (:meth:`lost_peers`) would find it gone and name this pod lost, although it announced its
         failure. The host waits for every peer's "done" (each says it after its own search), or for
         as long as one search can take, whichever comes first; the pods of a failed job get there
-        within moments of each other, so the wait is short unless a peer is really gone.
+        within moments of each other, so the wait is short unless a peer is really gone (one this
+        agent found lost is not waited for).
         """
         current = self._current()
         if current is None or current.world_size < 2:
@@ -186,7 +188,7 @@ class PeerWatch:
         self._call(current, "set", _done_key(current.own.group_rank), str(time.time_ns()))
         if not current.own.hosts_store:
             return
-        pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank}
+        pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank} - current.lost
         deadline = time.monotonic() + self.lost_after_s + 2 * self.interval_s
         while pending and time.monotonic() < deadline:
             for rank in sorted(pending):
@@ -244,6 +246,7 @@ class PeerWatch:
             time.sleep(min(self.interval_s / 2, max(0.0, deadline - time.monotonic())))
         if store_gone:
             pending = {rank for rank in pending if self._member(current, rank).hosts_store}
+        current.lost |= pending
         return tuple(
             LostPeer(
                 rank,

@@ -189,3 +189,19 @@ def test_the_store_host_does_not_wait_forever_for_a_peer_that_never_finishes(ser
     finally:
         host.stop()
         silent.stop()
+
+
+def test_the_store_host_does_not_wait_for_a_peer_it_found_lost(server_port: int) -> None:
+    host = watch("w0", client(server_port), 0, 2, hosts_store=True, window_s=5.0)
+    vanished = watch("w1", client(server_port), 1, 2)
+    try:
+        wait_for_members(host, 2)
+        vanished.stop()  # no more beats, no announcement: lost
+        assert [peer.group_rank for peer in host.lost_peers()] == [1]
+        started = time.monotonic()
+        host.leave()
+        # waiting for the lost peer would take the whole 5 s window; not waiting, one store write
+        assert time.monotonic() - started < 4.0
+    finally:
+        host.stop()
+        vanished.stop()
