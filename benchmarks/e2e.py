@@ -1,9 +1,10 @@
 """End-to-end accuracy and time to exit: this plugin vs flytekit's Elastic + pyflyte-execute + Go's rule.
 
-Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,vanish]`` (default: all kinds).
+Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,vanish]
+[--nnodes 4] [--no-baseline]`` (default: all kinds, 2 pods, baseline included).
 
-Each trial runs a simulated 2-pod x 2-worker PyTorchJob (``flytekitplugins_rootcause.simulation``)
-with one fault, twice:
+Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers
+(``flytekitplugins_rootcause.simulation``) with one fault, twice:
 
 - **this plugin**: the ``ElasticRootCause`` task, started by ``pyflyte-rootcause-execute`` (its
   serialized container args), decided by ``backend_reader`` (strategy earliest, our rule) and, on
@@ -14,9 +15,12 @@ with one fault, twice:
   a missing timestamp counts as 1970, ties by file name.
 
 Fault kinds: raise, sigkill, sigabrt, ordering (two independent errors 50 ms apart), skew (a
-raise in a pod whose wall clock runs 1 s ahead of the others'), and vanish (every process of the
-faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it).
-A trial is correct when the decided worker is the pod the fault was injected into. Printed: the
+raise in a pod whose wall clock runs 1 s ahead of the others'), vanish (every process of the
+faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
+and hang (one rank sleeps; its peers time out in the next all-reduce after 3 s). A trial is correct
+when the decided worker is the pod the fault was injected into *and* the rank its report names is
+the faulty one (the rendezvous decides ranks; the simulator records them); for a vanished pod, whose
+document its peers write for the whole pod, the pod alone. Printed: the
 share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
 this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
 agent noticed the failure, -> its surviving workers ended, -> its root-cause report was raised (all
@@ -47,22 +51,38 @@ from flytekitplugins_rootcause.simulation.training import (
     train_2x2_elastic,
     train_2x2_elastic_short_timeout,
     train_2x2_short_timeout,
+    train_4x2,
+    train_4x2_elastic,
+    train_4x2_elastic_short_timeout,
+    train_4x2_short_timeout,
 )
+from rootcause_core.roles import rank_from_report
+
+#: What a reader decided: the pod it names, and the global rank its report names (None: no rank).
+Verdict = tuple[str | None, int | None]
 
 
-def go_rule_worker(output_prefix: str) -> str | None:
-    """The worker Flyte's Go reader names with the Earliest strategy (``backend_reader.upstream_rule``);
-    ``None`` when it would fail the read or finds no error file."""
+def go_rule_verdict(result: JobResult) -> Verdict:
+    """What Flyte's Go reader names with the Earliest strategy (``backend_reader.upstream_rule``): the
+    pod, and the rank in its message's report line; ``(None, None)`` when it would fail the read."""
     try:
-        pick = earliest_error(output_prefix, fsspec.filesystem("file"))
+        pick = earliest_error(result.output_prefix, fsspec.filesystem("file"))
     except UpstreamReadError:
-        return None
-    return None if pick is None else pick.worker
+        return None, None
+    return (None, None) if pick is None else (pick.worker, rank_from_report(pick.message))
 
 
-def ours_worker(result: JobResult) -> str | None:
-    read = RemoteFileOutputReader(result.output_prefix, expected_workers=2, settle_timeout=10).read_all()
-    return read.failures[0].worker if read.failures else None
+def ours_verdict(result: JobResult) -> Verdict:
+    read = RemoteFileOutputReader(
+        result.output_prefix, expected_workers=result.spec.nnodes, settle_timeout=10
+    ).read_all()
+    return (read.failures[0].worker, read.failures[0].global_rank) if read.failures else (None, None)
+
+
+def is_right(verdict: Verdict, result: JobResult, kind: str) -> bool:
+    """The faulty pod, and (but for a vanished pod) the faulty rank."""
+    worker, rank = verdict
+    return worker == result.injected_worker and (kind == "vanish" or rank == result.injected_rank)
 
 
 #: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
@@ -75,14 +95,22 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
     "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
 }
-#: The (plugin, baseline) tasks of a kind: a hang needs a short collective timeout to surface.
-TASKS: dict[str, tuple[PythonTask, PythonTask]] = {"hang": (train_2x2_short_timeout, train_2x2_elastic_short_timeout)}
+#: (plugin, baseline) tasks per pod count, and for a kind that needs its own: a hang surfaces only
+#: with a short collective timeout.
+TASKS: dict[tuple[int, str], tuple[PythonTask, PythonTask]] = {
+    (2, "any"): (train_2x2, train_2x2_elastic),
+    (2, "hang"): (train_2x2_short_timeout, train_2x2_elastic_short_timeout),
+    (4, "any"): (train_4x2, train_4x2_elastic),
+    (4, "hang"): (train_4x2_short_timeout, train_4x2_elastic_short_timeout),
+}
 
 
-def fault_for(kind: str, trial: int) -> Fault:
-    """Alternate the faulty pod between trials so neither pod is favoured."""
+def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
+    """Rotate the faulty pod (and its local rank) between trials so no pod is favoured; with 2 pods,
+    pod 1 first, as before."""
     fault_kind, clock_offset_s = KINDS[kind]
-    pod, other = ("train-worker-1", "train-worker-0") if trial % 2 == 0 else ("train-worker-0", "train-worker-1")
+    index = (trial + 1) % nnodes
+    pod, other = f"train-worker-{index}", f"train-worker-{(index + 1) % nnodes}"
     return Fault(fault_kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0,
                  clock_offset_s=clock_offset_s)
 
@@ -129,23 +157,23 @@ def _quantiles(values: list[float]) -> str:
     return f"{statistics.median(ordered):5.2f}/{p90:5.2f} s"
 
 
-def run_kind(kind: str, trials: int, root: Path) -> None:
+def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
+    plugin_task, baseline_task = TASKS.get((nnodes, kind), TASKS[(nnodes, "any")])
+    runs = [("plugin", plugin_task, False, ours_verdict)]
+    if baseline:
+        runs.append(("baseline", baseline_task, True, go_rule_verdict))
     for trial in range(trials):
-        fault = fault_for(kind, trial)
-        plugin_task, baseline_task = TASKS.get(kind, (train_2x2, train_2x2_elastic))
-        for label, task, aggregation, decide in (
-            ("plugin", plugin_task, False, ours_worker),
-            ("baseline", baseline_task, True, lambda r: go_rule_worker(r.output_prefix)),
-        ):
-            spec = JobSpec(task=task, nnodes=2, nproc_per_node=2, store=StoreAccess(str(root / "store")),
+        fault = fault_for(kind, trial, nnodes)
+        for label, task, aggregation, decide in runs:
+            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, store=StoreAccess(str(root / "store")),
                            fault=fault, aggregation=aggregation)
             result = run_job(spec, work_dir=root / "pods")
-            outcomes[label].append((decide(result) == result.injected_worker, result.fault_to_exit_s))
+            outcomes[label].append((is_right(decide(result), result, kind), result.fault_to_exit_s))
             if label == "plugin":
-                console_right += go_rule_worker(result.output_prefix) == result.injected_worker
+                console_right += is_right(go_rule_verdict(result), result, kind)
             if label == "plugin" and result.fault_ns is not None:
                 phases = pod_phases(result)
                 last = max(result.pods, key=lambda pod: pod.exited_ns).name
@@ -156,6 +184,9 @@ def run_kind(kind: str, trials: int, root: Path) -> None:
                         breakdown[which].setdefault(phase, []).append(seconds)
     cells = []
     for label in ("plugin", "baseline"):
+        if not outcomes[label]:
+            cells.append("not run")
+            continue
         ok = sum(correct for correct, _ in outcomes[label])
         times = [t for _, t in outcomes[label] if t is not None]
         cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {_quantiles(times)}")
@@ -170,14 +201,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
+    parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-"))
-    print(f"{args.trials} trials per kind; 2 pods x 2 workers; correct worker, median/p90 fault -> all pods exited")
+    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers; correct pod and rank, "
+          "median/p90 fault -> all pods exited")
     print("breakdown (this plugin, median/p90 from the fault): the faulty pod and the last pod to exit")
     print(f"{'fault':<10} {'this plugin (our reader)':>30} {'Go rule, ours':>16} {'Elastic + Go rule':>30}")
     for kind in args.kinds.split(","):
-        run_kind(kind, args.trials, root)
+        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline)
 
 
 if __name__ == "__main__":

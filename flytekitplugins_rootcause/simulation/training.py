@@ -92,3 +92,26 @@ def train_2x2_elastic_short_timeout(steps: int = 8) -> float:
 @task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1))
 def train_3x1_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+# 4 pods x 2 workers: the same jobs on a wider rendezvous (benchmarks/e2e.py --nnodes 4).
+
+
+@task(task_config=ElasticRootCause(nnodes=4, nproc_per_node=2))
+def train_4x2(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=Elastic(nnodes=4, nproc_per_node=2))
+def train_4x2_elastic(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=4, nproc_per_node=2))
+def train_4x2_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=Elastic(nnodes=4, nproc_per_node=2))
+def train_4x2_elastic_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
