@@ -37,17 +37,26 @@ def _record_placement(rank: int, pod: str, local_rank: int) -> None:
 
 
 def run_training(steps: int, collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> float:
-    """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'."""
-    dist.init_process_group("gloo", timeout=timedelta(seconds=collective_timeout_s))
+    """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'.
+
+    Set-up (the default group, the first barrier) waits up to :data:`COLLECTIVE_TIMEOUT_S` for the
+    slowest pod to start, whatever ``collective_timeout_s`` is: on a busy machine the pods start
+    seconds apart. A shorter ``collective_timeout_s`` applies to the training all-reduces only, in
+    a group of their own (the Flight Recorder numbers its collectives from 1).
+    """
+    dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     rank, pod, local_rank = dist.get_rank(), current_worker_name(), int(os.environ["LOCAL_RANK"])
     _record_placement(rank, pod, local_rank)
     dist.barrier()
+    group = None
+    if collective_timeout_s != COLLECTIVE_TIMEOUT_S:
+        group = dist.new_group(timeout=timedelta(seconds=collective_timeout_s))
     weights = torch.ones(64, 64)
     loss = 0.0
     for step in range(steps):
         maybe_inject(step, pod, local_rank)
         grads = weights @ torch.randn(64, 64) * 1e-3
-        dist.all_reduce(grads)
+        dist.all_reduce(grads, group=group)
         weights -= grads / dist.get_world_size()
         loss = float(weights.mean())
         time.sleep(0.05)
