@@ -167,7 +167,9 @@ def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_
 def test_the_store_host_leaves_only_after_its_peers_are_done(server_port: int) -> None:
     """The store dies with its host: the host waits for every peer's "done" (bounded), so a peer still
     searching for lost pods never finds the store gone and the host taken for lost."""
-    host, peer = watch("w0", client(server_port), 0, 2, hosts_store=True), watch("w1", client(server_port), 1, 2)
+    # a bound (the window) far beyond the test, so only the peer's "done" can end the wait
+    host = watch("w0", client(server_port), 0, 2, hosts_store=True, window_s=120.0)
+    peer = watch("w1", client(server_port), 1, 2)
     try:
         left = threading.Event()
         leaving = threading.Thread(target=lambda: (host.leave(), left.set()))
