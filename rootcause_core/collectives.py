@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rootcause_core.roles import is_victim_message
+
 #: Lower-case fragments of a collective that ran out of time (gloo: "Timed out waiting 3000ms for
 #: recv operation to complete"; NCCL watchdog: "Watchdog caught collective operation timeout").
 TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
@@ -88,6 +90,12 @@ def is_timeout_message(message: str) -> bool:
     """True when a (victim's) error text says a collective or its transport ran out of time."""
     lowered = message.lower()
     return any(pattern in lowered for pattern in TIMEOUT_PATTERNS)
+
+
+def is_collective_timeout(message: str) -> bool:
+    """A collective that timed out waiting for a peer (gloo's transport timeout, NCCL's watchdog):
+    a victim's timeout, not a user's own ``TimeoutError``."""
+    return is_timeout_message(message) and is_victim_message(message)
 
 
 def timed_out_in(positions: Iterable[CollectivePosition]) -> CollectivePosition | None:

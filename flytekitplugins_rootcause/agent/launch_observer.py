@@ -45,8 +45,7 @@ from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
 from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer, probe_workers
 from flytekitplugins_rootcause.upstream import torch_elastic
 from flytekitplugins_rootcause.worker.recorder import read_error_file
-from rootcause_core.collectives import is_timeout_message
-from rootcause_core.roles import is_victim_message
+from rootcause_core.collectives import is_collective_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ class LaunchObserver:
         for worker in self.workers_of(attempt):
             recorded = read_error_file(worker.error_file) if worker.error_file else None
             if recorded is not None:
-                if is_timeout_message(recorded.message) and is_victim_message(recorded.message):
+                if is_collective_timeout(recorded.message):
                     return True
                 continue
             exit_ = self.watcher.exit_of(worker.pid)

@@ -7,6 +7,7 @@ import pytest
 from rootcause_core.collectives import (
     CollectivePosition,
     entered,
+    is_collective_timeout,
     is_timeout_message,
     positions_from_entries,
     positions_from_json,
@@ -70,3 +71,10 @@ def test_timeout_messages_are_recognised(message: str, timeout: bool) -> None:
 def test_describe_names_the_collective_without_its_backend() -> None:
     assert CollectivePosition("0", 4, "gloo:all_reduce").describe() == "all_reduce #4 of process group 0"
     assert CollectivePosition("2", 1).describe() == "collective #1 of process group 2"
+
+
+def test_only_a_collective_s_timeout_counts_not_a_user_s_own() -> None:
+    assert is_collective_timeout("RuntimeError: [gloo/transport/tcp/pair.cc:598] Timed out waiting 3000ms for recv")
+    assert is_collective_timeout("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4)")
+    assert not is_collective_timeout("TimeoutError: the data loader timed out")
+    assert not is_collective_timeout("RuntimeError: gloo: Connection closed by peer")

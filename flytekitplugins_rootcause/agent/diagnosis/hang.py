@@ -25,8 +25,7 @@ from collections.abc import Iterable
 
 from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer
 from flytekitplugins_rootcause.worker.recorder import RecordedError
-from rootcause_core.collectives import CollectivePosition, entered, is_timeout_message, timed_out_in
-from rootcause_core.roles import is_victim_message
+from rootcause_core.collectives import CollectivePosition, entered, is_collective_timeout, timed_out_in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +62,7 @@ def stalled_collective(
     local = [
         position
         for error in recorded
-        if error is not None and is_timeout_message(error.message) and is_victim_message(error.message)
+        if error is not None and is_collective_timeout(error.message)
         if (position := timed_out_in(error.collectives)) is not None
     ]
     return timed_out_in([*local, *announced])
