@@ -103,11 +103,14 @@ def timed_out_in(positions: Iterable[CollectivePosition]) -> CollectivePosition 
     return max(positions, key=lambda position: (position.entered_ns or 0, position.seq), default=None)
 
 
+def last_in_group(positions: Iterable[CollectivePosition], pg: str) -> CollectivePosition | None:
+    """A rank's last collective in process group ``pg``; ``None`` when it has none there."""
+    return max((position for position in positions if position.pg == pg), key=lambda p: p.seq, default=None)
+
+
 def entered(stalled: CollectivePosition, positions: Iterable[CollectivePosition]) -> bool | None:
     """Whether a rank whose ``positions`` these are entered ``stalled``: ``False`` when its last
     collective in that group has a lower number, ``None`` when it has none in that group (not a
     member, or no Flight Recorder: the caller must look elsewhere, e.g. at its stack)."""
-    same_group = [position.seq for position in positions if position.pg == stalled.pg]
-    if not same_group:
-        return None
-    return max(same_group) >= stalled.seq
+    last = last_in_group(positions, stalled.pg)
+    return None if last is None else last.seq >= stalled.seq

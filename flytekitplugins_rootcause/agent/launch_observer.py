@@ -122,21 +122,24 @@ class LaunchObserver:
         with self._lock:
             self._teardown_done_ns.setdefault(attempt, time.time_ns())
 
-    def probe_live_workers(self, attempt: int) -> None:
+    def probe_live_workers(self, attempt: int, *, asked: bool = False) -> None:
         """Ask ``attempt``'s live workers where they are (``worker_probe``), once, before they are ended.
 
-        Only with ``probe_before_teardown``; the answers are kept for the diagnosis (:meth:`probe_of`).
-        A worker that recorded its error is not asked: its failure is known, and it may be shutting
-        its interpreter down, which restores the signal's default action (death by the probe).
+        Only with ``probe_before_teardown``, and only when ``asked`` (another pod's failure ended
+        this one's workers) or a worker of the attempt failed the way a peer's hang shows
+        (:meth:`stall_suspected`): a failure that names its own cause costs the teardown nothing.
+        The answers are kept for the diagnosis (:meth:`probe_of`). A worker that recorded its error
+        is not asked: its failure is known, and it may be shutting its interpreter down, which
+        restores the signal's default action (death by the probe).
         """
-        if not self.probe_before_teardown:
+        if not self.probe_before_teardown or not (asked or self.stall_suspected(attempt)):
             return
         with self._lock:
-            asked = set(self._probes)
+            answered = set(self._probes)
         live = [
             (worker.pid, worker.error_file)
             for worker in self.workers_of(attempt)
-            if worker.pid not in asked
+            if worker.pid not in answered
             and not (worker.error_file and os.path.exists(worker.error_file))
             and self.watcher.confirm_exit(worker.pid) is None
         ]
@@ -278,8 +281,7 @@ class LaunchObserver:
         def wrap(original_close: Callable[..., None]) -> Callable[..., None]:
             def close(death_sig: Any = None, timeout: float = 30) -> None:
                 self.note_teardown(attempt)
-                if self.stall_suspected(attempt):
-                    self.probe_live_workers(attempt)
+                self.probe_live_workers(attempt)
                 if grace is not None:
                     timeout = min(timeout, grace)
                 original_close(death_sig, timeout)
@@ -349,9 +351,8 @@ class LaunchObserver:
     def end_workers(self, attempt: int, *, probe: bool = False) -> None:
         """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
 
-        Probed first (:meth:`probe_live_workers`) when asked (``probe``: another pod's failure ended
-        this one's workers) or when a worker of the attempt failed the way a peer's hang shows
-        (:meth:`stall_suspected`); a failure that names its own cause costs the teardown nothing.
+        Probed first where that helps (:meth:`probe_live_workers`; ``probe``: another pod's failure
+        ended this one's workers).
 
         The one teardown of both the join wrapper and the agent watchdog. It includes a failed
         worker still unwinding after recording its exception: waiting for its interpreter's shutdown
@@ -362,8 +363,7 @@ class LaunchObserver:
         still collects every worker and the watcher still reads each status.
         """
         self.note_teardown(attempt)
-        if probe or self.stall_suspected(attempt):
-            self.probe_live_workers(attempt)
+        self.probe_live_workers(attempt, asked=probe)
         grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
         exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
         live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]

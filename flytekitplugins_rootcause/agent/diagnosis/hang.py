@@ -25,7 +25,13 @@ from collections.abc import Iterable
 
 from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer
 from flytekitplugins_rootcause.worker.recorder import RecordedError
-from rootcause_core.collectives import CollectivePosition, entered, is_collective_timeout, timed_out_in
+from rootcause_core.collectives import (
+    CollectivePosition,
+    entered,
+    is_collective_timeout,
+    last_in_group,
+    timed_out_in,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +81,7 @@ def hang_verdict(probe: ProbeAnswer | None, stalled: CollectivePosition | None) 
     known = entered(stalled, probe.collectives or ())
     if (probe.in_collective if known is None else known):  # it was waiting in a collective, or entered it
         return None
-    same_group = [position for position in probe.collectives or () if position.pg == stalled.pg]
-    last = max(same_group, default=None)
+    last = last_in_group(probe.collectives or (), stalled.pg)
     candidates = (last.entered_ns if last is not None else None, stalled.entered_ns, probe.asked_ns)
     progress = next(ns for ns in candidates if ns is not None)
     return HangVerdict(stalled=stalled, last=last, stacks=probe.stacks, last_progress_ns=progress)
