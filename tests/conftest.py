@@ -3,6 +3,10 @@
 Also hypothesis's defaults for this suite: no per-example deadline and no "too slow" health check.
 Both are wall-clock limits (200 ms per example, data generation speed) that a busy shared CPU
 breaks at random; the properties themselves hold on any machine.
+
+And the order tests run in: the ``slow`` ones (real launches, tens of seconds each) first, so that
+under ``pytest -n 2`` the quick ones fill in at the end and no worker is left alone with a
+half-minute launch while the other idles.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto
 
 settings.register_profile("rootcause", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rootcause")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the ``slow`` tests first (a stable sort: each group keeps its collected order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

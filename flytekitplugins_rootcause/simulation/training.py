@@ -78,8 +78,13 @@ def train_2x2_elastic(steps: int = 8) -> float:
     return run_training(steps)
 
 
-@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=2))
-def train_3x2(steps: int = 8) -> float:
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=1))
+def train_2x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1))
+def train_3x1(steps: int = 8) -> float:
     return run_training(steps)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import Elastic, PytorchElasticFunctionTask
 
+from flytekitplugins_rootcause.config import DEFAULT_MONITOR_INTERVAL_S
 from flytekitplugins_rootcause.straggler.report import StragglerReport
 from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
@@ -33,6 +34,9 @@ class StragglerPrecheck(Elastic):
     """
 
     check: StragglerCheck = field(default_factory=StragglerCheck)
+    #: As ``ElasticRootCause``'s: with kfpytorch's 5 s, the agent noticed its workers were done (the
+    #: check takes seconds) up to 5 s late, on every run of the task.
+    monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if not isinstance(self.check, StragglerCheck):

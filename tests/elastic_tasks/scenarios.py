@@ -1,6 +1,7 @@
 """Flyte tasks used by the real elastic-launch tests; each worker runs one fault scenario.
 
-They live in an importable module so that kfpytorch's ``spawn`` workers can unpickle them.
+They live in an importable module so that workers could unpickle them under ``spawn``; they start
+forked (``tests/start_method.py`` says why).
 Scenarios synchronise through the file system or a gloo barrier, never through sleeps alone, so
 the order of failures is the one the test asserts even on a loaded machine.
 """
@@ -19,6 +20,7 @@ from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause import ElasticRootCause
 from testbed.sync import error_file_of, wait_for
+from tests.start_method import START_METHOD
 
 
 def _rank() -> int:
@@ -30,7 +32,9 @@ def _linger() -> None:
     time.sleep(120)
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=3))
+# torch's default start method: a spawned survivor dies of the teardown's SIGTERM itself, while a forked
+# one inherits the agent's SIGTERM handler and exits 1 with torch's SignalException instead.
+@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=3, start_method="spawn"))
 def rank_raises(k: int) -> int:
     if _rank() == k:
         raise ValueError(f"bad batch on rank {k}")
@@ -38,7 +42,7 @@ def rank_raises(k: int) -> int:
     return _rank()
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2))
 def rank_sigkills_itself(k: int) -> int:
     if _rank() == k:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -46,7 +50,7 @@ def rank_sigkills_itself(k: int) -> int:
     return _rank()
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2))
 def rank_aborts(k: int) -> int:
     if _rank() == k:
         os.abort()
@@ -54,7 +58,7 @@ def rank_aborts(k: int) -> int:
     return _rank()
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=3, monitor_interval=2))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=3, monitor_interval=2))
 def two_raise_50ms_apart(first: int, second: int) -> int:
     """``first`` raises; ``second`` raises 50 ms after ``first`` has recorded its error."""
     rank = _rank()
@@ -68,7 +72,11 @@ def two_raise_50ms_apart(first: int, second: int) -> int:
     return rank
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, monitor_interval=3, teardown_grace_s=30))
+@task(
+    task_config=ElasticRootCause(
+        start_method=START_METHOD, nnodes=1, nproc_per_node=2, monitor_interval=3, teardown_grace_s=30
+    )
+)
 def killed_then_collective_error(k: int, j: int) -> int:
     """Rank k is SIGKILLed; 1 s later rank j's allreduce fails because its peer is gone."""
     if _rank() == j:
@@ -87,7 +95,7 @@ def killed_then_collective_error(k: int, j: int) -> int:
     return _rank()
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2))
 def rank_raises_recoverable(k: int) -> int:
     if _rank() == k:
         raise FlyteRecoverableException(f"spot capacity lost on rank {k}")
@@ -95,6 +103,6 @@ def rank_raises_recoverable(k: int) -> int:
     return _rank()
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2))
 def succeeds(x: int) -> dict[str, int]:
     return {"rank": _rank(), "x": x, "world": int(os.environ["WORLD_SIZE"])}

@@ -22,6 +22,7 @@ from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
 from testbed.sync import READY_FILE, touch, wait_for
+from tests.start_method import START_METHOD
 
 
 def _linger_ignoring_sigterm(marker_dir: str) -> int:
@@ -31,7 +32,7 @@ def _linger_ignoring_sigterm(marker_dir: str) -> int:
     return 0
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, teardown_grace_s=1.0))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2, teardown_grace_s=1.0))
 def rank_1_exits_0_early(marker_dir: str) -> int:
     if int(os.environ["RANK"]) == 1:
         wait_for(os.path.join(marker_dir, READY_FILE))
@@ -39,7 +40,7 @@ def rank_1_exits_0_early(marker_dir: str) -> int:
     return _linger_ignoring_sigterm(marker_dir)
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, teardown_grace_s=1.0))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2, teardown_grace_s=1.0))
 def rank_1_raises_but_never_exits(marker_dir: str) -> int:
     if int(os.environ["RANK"]) == 1:
         wait_for(os.path.join(marker_dir, READY_FILE))

@@ -12,6 +12,7 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
+from tests.start_method import START_METHOD
 
 #: 5 MB: more than torch's 4 MB error-file limit and propeller's 2 MB payload limit.
 HUGE_MESSAGE_BYTES = 5 * 1024 * 1024
@@ -26,7 +27,7 @@ HOSTILE_MESSAGES = {
 }
 
 
-@task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2, teardown_grace_s=2.0))
+@task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2, teardown_grace_s=2.0))
 def rank_one_raises_hostile(x: int) -> int:
     """Rank 1 raises ``ValueError`` with the chosen hostile message; rank 0 waits to be torn down."""
     if int(os.environ["RANK"]) == 1:

@@ -17,6 +17,7 @@ from flytekit import task
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from flytekitplugins_rootcause import ElasticRootCause
+from tests.start_method import START_METHOD
 
 
 def _block_forever(self: Any, worker_group: Any) -> Any:
@@ -28,6 +29,7 @@ LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assig
 
 @task(
     task_config=ElasticRootCause(
+        start_method=START_METHOD,
         nnodes=1, nproc_per_node=2, teardown_grace_s=1.0, agent_watchdog_interval_s=0.2, agent_hang_timeout_s=5.0
     )
 )

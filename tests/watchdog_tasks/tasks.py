@@ -15,6 +15,7 @@ from flytekit import task
 
 from flytekitplugins_rootcause import ElasticRootCause
 from testbed.sync import READY_FILE, error_file_of, touch, wait_for
+from tests.start_method import START_METHOD
 
 #: Grace period of the teardown task; the test checks the victim lived at least this long.
 TEARDOWN_GRACE_S = 1.5
@@ -56,6 +57,7 @@ def fails_while_peer_ignores_sigterm(marker_dir: str) -> int:
 
 @task(
     task_config=ElasticRootCause(
+        start_method=START_METHOD,
         nnodes=1,
         nproc_per_node=2,
         nccl_async_error_handling=ASYNC_ERROR_HANDLING,
@@ -89,6 +91,7 @@ def reports_settings(marker_dir: str) -> dict[str, str]:
 
 @task(
     task_config=ElasticRootCause(
+        start_method=START_METHOD,
         nnodes=1,
         nproc_per_node=3,
         monitor_interval=0.5,
@@ -112,6 +115,7 @@ def dies_under_a_hung_agent(marker_dir: str) -> int:
 
 @task(
     task_config=ElasticRootCause(
+        start_method=START_METHOD,
         nnodes=1,
         nproc_per_node=2,
         monitor_interval=0.5,

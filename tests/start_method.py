@@ -1,0 +1,20 @@
+"""How the test-only elastic tasks start their workers: ``fork``.
+
+A spawned worker is a fresh interpreter that imports torch, flytekit and the task's module again,
+about 6 s of CPU on this 2-core machine, and these tests launch dozens of them: that alone kept the
+suite over 10 minutes beside one busy process. A forked worker starts with what its agent already
+imported. ``fork`` is a start method torch and this plugin support (its hazards have their own
+tests: ``tests/agent/test_fork_start.py``, and ``benchmarks/stress_teardown.py`` runs both methods),
+and what the agent makes of a worker's failure does not depend on how the worker was started.
+
+``spawn``, kfpytorch's default and what most users run, stays covered end to end: the README demo
+and every PyTorchJob simulation (``tests/simulation/``, whose tasks are the product's own), the
+examples under ``pyflyte run``, the teardown-grace tests, the serialized-command test, the
+straggler pre-check task, and the first launch test (``scenarios.rank_raises``): a spawned survivor
+dies of the teardown's SIGTERM, a forked one runs the handler it inherited from the agent and exits
+1 with torch's ``SignalException``; both are victims.
+"""
+
+from __future__ import annotations
+
+START_METHOD = "fork"
