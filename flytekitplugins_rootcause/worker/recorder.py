@@ -31,6 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors.error_handler import Error
 from flytekitplugins_rootcause.upstream.torch_worker import error_file_path
 from flytekitplugins_rootcause.worker.complete_files import write_complete
 from flytekitplugins_rootcause.worker.hang_probe import collective_positions_json
+from flytekitplugins_rootcause.worker.source_lines import restore_source_file, source_file_of
 from rootcause_core.collectives import CollectivePosition, positions_from_json
 from rootcause_core.safe_text import (
     MAX_WORKER_ERROR_FILE_BYTES,
@@ -216,11 +217,21 @@ class RecordingTaskFunction:
 
     Instances are pickled (cloudpickle) into every worker by kfpytorch's ``spawn`` path, so they
     hold only the function and picklable settings. ``before_user_function`` runs in the worker
-    first (the straggler pre-check hooks in there).
+    first (the straggler pre-check hooks in there). ``source_file`` is the function's file, put back
+    into its code after unpickling (:mod:`.source_lines`), so the report shows the line that raised.
     """
 
     function: Callable[..., Any]
     before_user_function: Callable[[], None] | None = None
+    source_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.source_file is None:
+            self.source_file = source_file_of(self.function)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        restore_source_file(self.function, self.source_file)
 
     def __call__(self, **kwargs: Any) -> Any:
         handler = RootCauseErrorHandler()
