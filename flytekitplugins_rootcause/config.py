@@ -42,6 +42,14 @@ DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
 #: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
 DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
 
+#: ``restart_policy`` values: torch's own (every worker restarts), and the soft-restart RFC's
+#: ``soft-no-replace`` (only the failed node's workers restart; see flytekitplugins_rootcause.soft_restart).
+RESTART_POLICIES = ("hard", "soft")
+
+#: How long a soft world change may take: members arriving at a new world, and a restarted node's
+#: workers getting ready (their own initialisation, e.g. loading the model, included).
+DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
+
 #: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
 #: a few hundred KB per process. It is what names a rank that never entered a collective.
 DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
@@ -66,7 +74,8 @@ class ElasticRootCause(Elastic):
         agent_hang_timeout_s: seconds the agent may go without finishing after a worker failed.
         nccl_heartbeat_timeout_s: ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`` if the pod does not set it
             (``None``: leave torch's default).
-        nccl_async_error_handling: ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` if the pod does not set it.
+        nccl_async_error_handling: ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` if the pod does not set it (under
+            ``restart_policy="soft"`` the default 1 becomes 2: abort the communicators, keep the process).
         collective_timeout_s: default timeout of process groups created without an explicit
             ``timeout`` (``None``: torch's default, 10 min for NCCL and 30 min for other backends).
         unbuffered_output: ``PYTHONUNBUFFERED=1`` if unset, so a killed worker's last lines reach the log.
@@ -75,6 +84,12 @@ class ElasticRootCause(Elastic):
         flight_recorder_entries: ``TORCH_FR_BUFFER_SIZE`` if the pod sets neither it nor
             ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (``None``: leave torch's default, off): torch's Flight
             Recorder, which numbers the collectives each rank entered (gloo and NCCL).
+        restart_policy: ``"hard"`` (torch's: any failure restarts every worker of the job) or ``"soft"``
+            (the soft-restart RFC: only the failed node's workers restart, the others keep their
+            processes and pause while the job scales down and up again; ``docs/soft_restarts.md``).
+            ``"soft"`` needs ``nnodes`` as a range ``"min:max"`` and ``max_restarts >= 1``.
+        soft_restart_timeout_s: how long a soft world change may take (members arriving, a restarted
+            node's workers initialising).
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
@@ -91,6 +106,8 @@ class ElasticRootCause(Elastic):
     unbuffered_output: bool = True
     hang_probe: bool = True
     flight_recorder_entries: int | None = DEFAULT_FLIGHT_RECORDER_ENTRIES
+    restart_policy: str = "hard"
+    soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.monitor_interval <= 0:
@@ -117,11 +134,39 @@ class ElasticRootCause(Elastic):
             isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
         ):
             raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
+        _validate_restart_policy(self)
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
         _load_task_type()
+
+
+def _validate_restart_policy(config: ElasticRootCause) -> None:
+    """Refuse, before any launch, a soft restart policy the job's shape cannot support."""
+    if config.restart_policy not in RESTART_POLICIES:
+        raise ValueError(f"restart_policy must be one of {RESTART_POLICIES}, got {config.restart_policy!r}")
+    if config.soft_restart_timeout_s <= 0:
+        raise ValueError(f"soft_restart_timeout_s must be > 0 seconds, got {config.soft_restart_timeout_s!r}")
+    if config.restart_policy != "soft":
+        return
+    low, _, high = str(config.nnodes).partition(":")
+    if not high or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high) or int(low) < 1:
+        raise ValueError(
+            f'restart_policy="soft" needs nnodes as a range "min:max" (e.g. "1:2" for 2 pods that may go on '
+            f"with 1 while a failed one restarts), got nnodes={config.nnodes!r}"
+        )
+    if config.nccl_async_error_handling == 3:
+        raise ValueError(
+            'restart_policy="soft" cannot use nccl_async_error_handling=3 (SkipCleanUp): it ends the process on a '
+            "collective error, survivors included; leave the default (2 under the soft policy: abort the "
+            "communicators, keep the process)"
+        )
+    if config.max_restarts < 1:
+        raise ValueError(
+            f'restart_policy="soft" needs max_restarts >= 1 (each soft restart of a node uses one), '
+            f"got {config.max_restarts!r}"
+        )
 
 
 #: The module that defines and registers this config's task type (``ElasticRootCauseFunctionTask``).

@@ -17,14 +17,19 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
    raised in its place. torch itself reports only the first failure its poll happened to find;
 5. the pods keep track of each other (:mod:`flytekitplugins_rootcause.agent.peer_watch`): when only
    victims failed here, the report names the peer pods that are gone (a lost node leaves no error
-   file of its own), and the error document carries the attempt's members and those lost peers.
+   file of its own), and the error document carries the attempt's members and those lost peers;
+6. with ``restart_policy="soft"``, torch's agent runs the soft-restart loop
+   (:mod:`flytekitplugins_rootcause.agent.soft_restart_agent`): a failure is diagnosed as above, and
+   only the failed node's workers restart while the others pause; the final report lists every
+   earlier failure the job went through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flytekit.configuration import SerializationSettings
@@ -39,14 +44,22 @@ from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
 from flytekitplugins_rootcause.agent.diagnosis.deck import publish_timeline_deck
 from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
 from flytekitplugins_rootcause.agent.diagnosis.hang import stalled_collective
-from flytekitplugins_rootcause.agent.diagnosis.root_cause import agent_timeline, rank_evidence, root_cause_error
+from flytekitplugins_rootcause.agent.diagnosis.root_cause import (
+    agent_timeline,
+    diagnose,
+    rank_evidence,
+    root_cause_error,
+)
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.agent.rendezvous_host import this_agent_hosts_rendezvous
+from flytekitplugins_rootcause.agent.soft_restart_agent import SoftRestartLoop, SoftRestartSession, history_note
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
+from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
+from flytekitplugins_rootcause.upstream.torch_agent_loop import launcher_agent_with_loop
 from flytekitplugins_rootcause.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
@@ -109,16 +122,23 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
         settings = watchdog_settings(self.task_config)
         peers = PeerWatch(current_worker_name(), hosts_store=this_agent_hosts_rendezvous)
-        with task_function_swapped(self, recording), DeathWatcher() as watcher:
+        with (
+            task_function_swapped(self, recording),
+            DeathWatcher() as watcher,
+            tempfile.TemporaryDirectory(prefix="rootcause-soft-restart-") as channel_dir,
+        ):
             observer = LaunchObserver(
                 watcher,
                 teardown_grace_s=self.task_config.teardown_grace_s,
                 probe_before_teardown=self.task_config.hang_probe,
             )
-            peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
+            soft = self._soft_restart_session(observer, channel_dir)
+            if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
+                peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
             try:
                 with (
                     applied_environment(agent_environment(self.task_config)),
+                    _soft_restarts(soft),
                     exceptions_preformatted(),
                     observing_launch(observer, peers),
                     AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
@@ -126,19 +146,52 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                     return super()._execute(**kwargs)
             except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                 child_failed = _child_failed_error(exc)
-                error = None if child_failed is None else _root_cause_error(observer, peers, child_failed)
+                error = None if child_failed is None else _root_cause_error(observer, peers, child_failed, soft=soft)
                 if error is None:
                     raise
                 raise error from None
             except (RendezvousError, DistError) as exc:
                 # torch's agent lost the rendezvous store (its host pod is gone) before it saw its
                 # workers fail: diagnose the attempt all the same, if one was started
-                error = None if observer.last_attempt() is None else _root_cause_error(observer, peers, None, exc)
+                error = (
+                    None if observer.last_attempt() is None else _root_cause_error(observer, peers, None, exc, soft)
+                )
                 if error is None:
                     raise
                 raise error from None
             finally:
                 peers.stop()
+
+    def _soft_restart_session(self, observer: LaunchObserver, channel_dir: str) -> SoftRestartSession | None:
+        """What the soft-restart loop needs from this launch; ``None`` under torch's hard restarts."""
+        if self.task_config.restart_policy != "soft":
+            return None
+        return SoftRestartSession(
+            worker=current_worker_name(),
+            channel=WorkerChannel(channel_dir),
+            diagnose=lambda child_failed: _local_root_cause(observer, child_failed),
+            end_workers=lambda: _end_running_attempt(observer),
+            is_recoverable=lambda error: isinstance(error, FlyteRecoverableException),
+            timeout_s=self.task_config.soft_restart_timeout_s,
+        )
+
+
+@contextlib.contextmanager
+def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
+    """For a soft-restart launch: the workers find their channel, and torch's agent runs the soft loop."""
+    if session is None:
+        yield
+        return
+    with applied_environment(session.channel.environment()), launcher_agent_with_loop(SoftRestartLoop(session)):
+        yield
+
+
+def _local_root_cause(observer: LaunchObserver, child_failed: ChildFailedError) -> BaseException:
+    """The root-cause error of a failure a soft restart may heal (this pod's evidence only: the job goes on)."""
+    failures = diagnose(observer, child_failed)
+    if not failures:
+        return RuntimeError(f"a worker failed and left no evidence: {exception_summary(child_failed)}")
+    return root_cause_error(failures, note=agent_timeline(observer, failures))
 
 
 def _end_running_attempt(observer: LaunchObserver) -> None:
@@ -158,10 +211,12 @@ def _root_cause_error(
     peers: PeerWatch,
     child_failed: ChildFailedError | None,
     agent_error: BaseException | None = None,
+    soft: SoftRestartSession | None = None,
 ) -> Exception | None:
     """The root-cause error for a failed launch; ``None`` when no worker failure was found.
 
     ``agent_error``: what ended torch's agent when it was not a worker failure (a lost store).
+    ``soft``: the launch's soft-restart session, whose earlier failures the report lists.
     """
     evidence, teardown_ns = gather_evidence(observer, child_failed)
     # first: the other pods must not take this one for lost, and may need the collective it timed out in
@@ -176,6 +231,8 @@ def _root_cause_error(
     note = agent_timeline(observer, failures)
     if agent_error is not None:
         note = f"The agent itself failed: {exception_summary(agent_error)}\n{note}"
+    if soft is not None and (earlier := history_note(soft)):
+        note = f"{note}\n{earlier}"
     error = root_cause_error(failures, note=note, members=peers.members(), lost_peers=lost)
     publish_timeline_deck(failures)
     logger.error("Root cause of the elastic launch failure:\n%s", error)

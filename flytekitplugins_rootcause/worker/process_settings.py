@@ -40,13 +40,27 @@ OMP_NUM_THREADS_VAR = "OMP_NUM_THREADS"
 PYTHONUNBUFFERED_VAR = "PYTHONUNBUFFERED"
 
 
+#: torch's NCCL error-handling modes: 1 (TearDown) aborts the communicators and ends the process;
+#: 2 (CleanUpOnly) aborts them and keeps the process, which is what a soft-restart survivor needs.
+NCCL_TEAR_DOWN, NCCL_CLEAN_UP_ONLY = 1, 2
+
+
+def nccl_error_handling(config: Any) -> int | None:
+    """The NCCL error-handling mode for ``config``: under ``restart_policy="soft"`` the tear-down
+    default becomes clean-up-only, so a survivor's failed collective raises instead of ending it."""
+    mode = config.nccl_async_error_handling
+    if getattr(config, "restart_policy", "hard") == "soft" and mode == NCCL_TEAR_DOWN:
+        return NCCL_CLEAN_UP_ONLY
+    return mode
+
+
 def agent_environment(config: Any) -> dict[str, str]:
     """The variables ``config`` asks for (before looking at what the user already set). Pure."""
     wanted: dict[str, str] = {}
     if config.nccl_heartbeat_timeout_s is not None:
         wanted[NCCL_HEARTBEAT_TIMEOUT_VAR] = str(int(config.nccl_heartbeat_timeout_s))
-    if config.nccl_async_error_handling is not None:
-        wanted[NCCL_ASYNC_ERROR_HANDLING_VAR] = str(int(config.nccl_async_error_handling))
+    if (mode := nccl_error_handling(config)) is not None:
+        wanted[NCCL_ASYNC_ERROR_HANDLING_VAR] = str(int(mode))
     if int(config.nproc_per_node) > 1:  # as torchrun and kfpytorch do; set it in the pod to change it
         wanted[OMP_NUM_THREADS_VAR] = "1"
     if config.unbuffered_output:

@@ -1,0 +1,175 @@
+"""A training task written for soft restarts (``restart_policy="soft"``), with an injectable failure.
+
+The loop is the pattern of :mod:`flytekitplugins_rootcause.soft_restart`: initialise once (a
+deliberate ``init_s`` stands in for loading the model), take the process group from
+``reinitialize``, and on a failed collective or a paused world take the next one and agree on the
+latest step. Each step all-reduces ``step + 1`` and adds the mean, so the result is
+``steps * (steps + 1) / 2`` on every world size: a step lost or counted twice shows in the result.
+
+Every worker appends what it did to ``<sim dir>/soft/<pod>-<local rank>-<pid>.jsonl`` (``start``,
+``world`` with the change that led to it, ``step``), the ground truth for tests and the benchmark.
+With ``init_until_scale_down``, a restarted worker's initialisation lasts until a survivor has
+logged the scale-down world: a model load that outlasts the survivors' rendezvous (the usual case),
+without a timing a busy machine could break.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from flytekit import task
+from flytekit.exceptions.user import FlyteRecoverableException
+
+from flytekitplugins_rootcause import soft_restart
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE
+from rootcause_core.worker_names import current_worker_name
+
+SOFT_LOG_DIR = "soft"
+#: Collective timeout of the soft-restart tasks' groups: a failure surfaces as a transport error at
+#: once; this only bounds a hang.
+COLLECTIVE_TIMEOUT = timedelta(seconds=60)
+
+
+class _Log:
+    def __init__(self, pod: str, local_rank: int) -> None:
+        sim_dir = os.environ.get(SIM_DIR_VARIABLE)
+        self.path = None
+        if sim_dir:
+            directory = Path(sim_dir) / SOFT_LOG_DIR
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = directory / f"{pod}-{local_rank}-{os.getpid()}.jsonl"
+
+    def write(self, event: str, **fields: object) -> None:
+        if self.path is not None:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps({"event": event, "t": time.time(), "pid": os.getpid(), **fields}) + "\n")
+
+
+def _agree(step: int, total: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """The new world takes the state of its lowest rank that has the latest step (a restarted worker
+    has step 0; survivors of a failed step may be one apart)."""
+    latest = torch.tensor([step])
+    dist.all_reduce(latest, op=dist.ReduceOp.MAX)
+    holder = torch.tensor([dist.get_rank() if step == int(latest) else dist.get_world_size()])
+    dist.all_reduce(holder, op=dist.ReduceOp.MIN)
+    dist.broadcast(total, src=int(holder))
+    return int(latest), total
+
+
+def _until_a_survivor_scaled_down(timeout_s: float = 120.0) -> None:
+    directory = Path(os.environ.get(SIM_DIR_VARIABLE, ".")) / SOFT_LOG_DIR
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any('"change": "SCALE_DOWN"' in path.read_text() for path in directory.glob("*.jsonl")):
+            return
+        time.sleep(0.02)
+
+
+def run_soft_training(
+    steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
+    init_until_scale_down: bool = False,
+) -> float:
+    pod, local_rank = current_worker_name(), int(os.environ["LOCAL_RANK"])
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    log = _Log(pod, local_rank)
+    log.write("start", restarted=restarted)
+    time.sleep(init_s)  # the model load a restart costs: done before waiting for a world
+    if restarted and init_until_scale_down:
+        _until_a_survivor_scaled_down()
+    soft = soft_restart.enabled()
+    if soft:
+        info = soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
+        version = info.world_version
+    else:  # torch's hard restarts: a failure restarts this process, from step 0
+        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+        version = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    step, total = 0, torch.zeros(4)
+    step, total = _agree(step, total)
+    log.write("world", version=version, rank=dist.get_rank(), world_size=dist.get_world_size(), change=None,
+              step=step)
+    while step < steps:
+        if soft and soft_restart.world_changed():
+            info, step, total = _next_world(log, step, total)
+            version = info.world_version
+            continue
+        # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step
+        due = step == fail_step if not restarted else fail_again
+        if pod == fail_pod and local_rank == fail_local_rank and due:
+            log.write("fault", step=step)
+            raise FlyteRecoverableException(f"injected failure at step {step} on {pod} local rank {local_rank}")
+        contribution = torch.full((4,), float(step + 1))
+        try:
+            dist.all_reduce(contribution)
+        except RuntimeError as error:  # a peer failed: gloo's transport error (a DistError)
+            log.write("collective_failed", step=step, error=str(error)[:200])
+            if not soft:
+                raise
+            info, step, total = _next_world(log, step, total)
+            version = info.world_version
+            continue
+        total += contribution / dist.get_world_size()
+        step += 1
+        log.write("step", step=step, version=version, rank=dist.get_rank(), world_size=dist.get_world_size())
+        time.sleep(step_s)
+    dist.destroy_process_group()
+    return float(total.mean())
+
+
+def _next_world(log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart.WorkerInfo, int, torch.Tensor]:
+    info = soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
+    change = soft_restart.get_worker_event().change_event
+    step, total = _agree(step, total)
+    log.write("world", version=info.world_version, rank=info.rank, world_size=info.world_size,
+              change=None if change is None else change.value, step=step)
+    return info, step, total
+
+
+# One task per job shape (a pod loads its task by module and name, as on a cluster).
+
+
+@task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="soft",
+                                   start_method="fork"))
+def soft_train_2x2(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                   fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                   init_until_scale_down: bool = False) -> float:
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down)
+
+
+@task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft",
+                                   start_method="fork"))
+def soft_train_3x1(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                   fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                   init_until_scale_down: bool = False) -> float:
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down)
+
+
+@task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard",
+                                   start_method="fork"))
+def hard_train_2x2(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                   fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                   init_until_scale_down: bool = False) -> float:
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down)
+
+
+def read_worker_logs(sim_dir: Path) -> dict[tuple[str, int], list[list[dict[str, object]]]]:
+    """What every worker process of a job logged: (pod, local rank) -> one event list per process, in start order."""
+    processes: dict[tuple[str, int], list[list[dict[str, object]]]] = {}
+    directory = Path(sim_dir) / SOFT_LOG_DIR
+    for path in directory.glob("*.jsonl") if directory.exists() else ():
+        pod, local_rank, _pid = path.stem.rsplit("-", 2)
+        events = [json.loads(line) for line in path.read_text().splitlines() if line]
+        processes.setdefault((pod, int(local_rank)), []).append(events)
+    for runs in processes.values():
+        runs.sort(key=lambda events: float(events[0]["t"]))  # type: ignore[arg-type]
+    return processes
+

@@ -1,0 +1,124 @@
+"""Soft restarts end to end: simulated PyTorchJobs (real pods, real torch elastic agents, gloo workers).
+
+A worker raises a recoverable error mid-training on one pod. Under ``restart_policy="soft"`` only that
+pod's workers restart; every other pod's workers keep their processes and their in-memory step,
+see the world scale down and back up, and the job returns the same result as a job with no failure.
+A second failure of the same pod ends the job with its root cause, named by both readers. Under
+``"hard"`` every worker restarts, as in torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flytekit.core.base_task import PythonTask
+
+from backend_reader import RemoteFileOutputReader
+from backend_reader.upstream_rule import earliest_error
+from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
+from flytekitplugins_rootcause.simulation.soft_training import (
+    hard_train_2x2,
+    read_worker_logs,
+    soft_train_2x2,
+    soft_train_3x1,
+)
+from rootcause_core.ordering import Role
+from testbed.object_stores import ObjectStore
+from tests.entrypoint_tasks.harness import read_outputs
+
+pytestmark = pytest.mark.slow
+
+STEPS = 24
+EXPECTED = STEPS * (STEPS + 1) / 2  # each step adds the mean of (step + 1) over the world
+
+
+def _run(store: ObjectStore, tmp_path: Path, task: PythonTask, nnodes: int, nproc: int, **inputs: Any) -> JobResult:
+    spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=nproc, store=StoreAccess(store.root),
+                   inputs={"steps": STEPS, "step_s": 0.15, **inputs}, timeout_s=180)
+    result = run_job(spec, work_dir=tmp_path)
+    assert not result.timed_out, f"pods did not exit; logs in {result.sim_dir}"
+    return result
+
+
+def _output(store: ObjectStore, result: JobResult) -> float:
+    return read_outputs(store, result.output_prefix).literals["o0"].scalar.primitive.float_value
+
+
+def _steps(events: list[dict[str, Any]]) -> list[int]:
+    return [int(e["step"]) for e in events if e["event"] == "step"]
+
+
+def _changes(events: list[dict[str, Any]]) -> list[str | None]:
+    return [e["change"] for e in events if e["event"] == "world"]
+
+
+@pytest.mark.parametrize(
+    ("task", "nnodes", "nproc", "failing_pod", "failing_local_rank"),
+    [
+        (soft_train_2x2, 2, 2, "train-worker-1", 1),
+        (soft_train_3x1, 3, 1, "train-worker-0", 0),  # the pod whose agent hosts the stores, 3 pods
+    ],
+    ids=["2x2", "3x1-first-pod"],
+)
+def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
+    task: PythonTask, nnodes: int, nproc: int, failing_pod: str, failing_local_rank: int,
+    file_store: ObjectStore, tmp_path: Path,
+) -> None:
+    result = _run(file_store, tmp_path, task, nnodes, nproc, fail_pod=failing_pod,
+                  fail_local_rank=failing_local_rank, fail_step=4, init_until_scale_down=True)
+    logs = f"pod logs in {result.sim_dir}"
+    assert _output(file_store, result) == pytest.approx(EXPECTED), logs
+    workers = read_worker_logs(result.sim_dir)
+    assert len(workers) == nnodes * nproc, logs
+    for (pod, local_rank), processes in workers.items():
+        if pod == failing_pod:
+            # the failed pod's workers all restarted (soft-no-replace: the node restarts as a whole) ...
+            assert len(processes) == 2, (pod, local_rank, logs)
+            first, restarted = processes
+            assert _steps(first) == [1, 2, 3, 4], logs
+            # ... and resumed from the survivors' step, never from step 0
+            assert _steps(restarted)[0] > 5 and _steps(restarted)[-1] == STEPS, logs
+        else:
+            # a survivor: one process, every step once and in order, through a scale-down and a scale-up
+            assert len(processes) == 1, (pod, local_rank, logs)
+            assert _steps(processes[0]) == list(range(1, STEPS + 1)), logs
+            assert _changes(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
+            sizes = [e["world_size"] for e in processes[0] if e["event"] == "world"]
+            assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
+    assert all(pod.returncode == 0 for pod in result.pods), logs
+    assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
+
+
+def test_a_second_failure_of_the_same_pod_ends_the_job_with_its_root_cause(file_store: ObjectStore,
+                                                                           tmp_path: Path) -> None:
+    result = _run(file_store, tmp_path, soft_train_2x2, 2, 2, fail_pod="train-worker-1", fail_local_rank=1,
+                  fail_step=4, fail_again=True)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=2, settle_timeout=10).read_all()
+    root = read.failures[0]
+    assert (root.worker, root.global_rank, root.role) == ("train-worker-1", 3, Role.CANDIDATE), logs
+    assert "injected failure at step" in root.message, logs
+    assert "Soft restarts before this failure" in root.message and "train-worker-1 failed; its workers restarted" in (
+        root.message), logs
+    assert all(f.role == Role.VICTIM for f in read.failures if f.worker == "train-worker-0"), logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == "train-worker-1", f"Go rule: {console}; {logs}"
+    survivors = read_worker_logs(result.sim_dir)[("train-worker-0", 0)]
+    assert len(survivors) == 1, logs  # pod 0 was never restarted: ended once, at the end
+
+
+def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectStore, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch 2.13's shared rendezvous store keeps each restart's worker keys under /worker/attempt_<n>,
+    # and pods that restart at different moments read each other's stale keys: restarted workers then
+    # never finish init_process_group (plain kfpytorch Elastic too). Hard restarts work without it.
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    result = _run(file_store, tmp_path, hard_train_2x2, 2, 2, fail_pod="train-worker-1", fail_local_rank=1,
+                  fail_step=4)
+    logs = f"pod logs in {result.sim_dir}"
+    assert _output(file_store, result) == pytest.approx(EXPECTED), logs
+    for (pod, local_rank), processes in read_worker_logs(result.sim_dir).items():
+        assert len(processes) == 2, (pod, local_rank, logs)  # every worker of every pod restarted ...
+        assert _steps(processes[1])[0] == 1, logs  # ... from step 0 (no checkpoint in this loop)

@@ -1,0 +1,102 @@
+"""The pods' agreement on each next world (``agent.soft_world``), on a real TCPStore, one thread per node."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+from flytekitplugins_rootcause.agent.soft_world import Change, SoftWorld, World, members_after
+from flytekitplugins_rootcause.simulation.loopback import free_port
+
+
+@pytest.fixture
+def store() -> Iterator[Any]:
+    server = dist.TCPStore("127.0.0.1", free_port(), is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    yield dist.PrefixStore("round0", server)
+
+
+def _node(store: Any, node: int, nodes: int = 3) -> SoftWorld:
+    return SoftWorld(store, node, f"pod-{node}", range(nodes))
+
+
+def _in_threads(*calls: Callable[[], World]) -> list[World]:
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        results[index] = calls[index]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert all(isinstance(result, World) for result in results), results
+    return results
+
+
+def test_the_log_decides_the_members_in_node_order() -> None:
+    changes = [Change("leave", 1, "pod-1"), Change("join", 1, "pod-1"), Change("lost", 2, "pod-2")]
+    assert members_after(range(3), changes[:1]) == ((0, 2), None)
+    assert members_after(range(3), changes) == ((0, 1), None)
+    fatal = Change("fatal", 0, "pod-0", "boom")
+    assert members_after(range(3), [*changes, fatal]) == ((1,), fatal)
+
+
+def test_a_node_leaves_the_others_form_a_world_without_it_then_it_joins_back(store: Any) -> None:
+    zero, one, two = _node(store, 0), _node(store, 1), _node(store, 2)
+    assert not zero.change_proposed()
+    one.leave("worker raised")
+    assert zero.change_proposed() and two.change_proposed()
+    assert zero.peek().members == (0, 2)
+    down = _in_threads(lambda: zero.next_world(10), lambda: two.next_world(10))
+    assert [(w.version, w.members) for w in down] == [(1, (0, 2)), (1, (0, 2))]
+    assert down[1].group_rank(2) == 1  # node 2 moved down to group rank 1
+
+    up = _in_threads(lambda: one.join(10), lambda: _after_proposal(zero), lambda: _after_proposal(two))
+    assert {(w.version, w.members) for w in up} == {(2, (0, 1, 2))}
+    assert up[0].group_rank(1) == 1  # its old place back
+    assert [c.op for c in up[0].changes] == ["leave", "join"]
+
+
+def _after_proposal(world: SoftWorld) -> World:
+    while not world.change_proposed():
+        threading.Event().wait(0.005)
+    return world.next_world(10)
+
+
+def test_a_fatal_failure_reaches_every_node_without_forming_a_world(store: Any) -> None:
+    zero, two = _node(store, 0), _node(store, 2)
+    _node(store, 1).fail_job("not recoverable")
+    for world in (zero, two):
+        assert world.change_proposed()
+        result = world.next_world(10)
+        assert result.fatal is not None and (result.fatal.name, result.fatal.reason) == ("pod-1", "not recoverable")
+
+
+def test_a_member_that_never_arrives_is_logged_lost_and_the_others_go_on(store: Any) -> None:
+    zero = _node(store, 0)
+    _node(store, 1).leave("worker raised")
+    # node 2 is gone with its whole pod: it never arrives at world 1
+    world = zero.next_world(timeout_s=0.3)
+    assert (world.version, world.members) == (2, (0,))
+    assert [(c.op, c.node) for c in world.changes] == [("leave", 1), ("lost", 2)]
+
+
+def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees_on(store: Any) -> None:
+    zero, one, two = _node(store, 0), _node(store, 1), _node(store, 2)
+    two.leave("worker raised")
+    one.leave("worker raised")  # both in world 1's proposal or one after the other: either way one order
+    one_back = threading.Thread(target=lambda: results.append(one.join(10)))
+    results: list[World] = []
+    one_back.start()
+    final = zero.next_world(10)
+    while final.members != (0, 1):
+        final = _after_proposal(zero)
+    one_back.join(timeout=20)
+    assert results and (results[0].version, results[0].members) == (final.version, final.members)
