@@ -221,7 +221,9 @@ def _leave_process_group(channel: _Channel) -> None:
     if not dist.is_initialized():
         return
     if dist.get_backend() == "nccl":
-        dist.distributed_c10d._abort_process_group()
+        from flytekitplugins_rootcause.upstream.torch_worker import abort_process_groups
+
+        abort_process_groups()
     else:
         _abort_gloo_transport(channel.transport_fds)
         dist.destroy_process_group()

@@ -41,7 +41,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.agent.diagnosis.deck import publish_timeline_deck
+from flytekitplugins_rootcause.agent.diagnosis.deck import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
 from flytekitplugins_rootcause.agent.diagnosis.hang import stalled_collective
 from flytekitplugins_rootcause.agent.diagnosis.root_cause import (
@@ -53,7 +53,12 @@ from flytekitplugins_rootcause.agent.diagnosis.root_cause import (
 from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.agent.rendezvous_host import this_agent_hosts_rendezvous
-from flytekitplugins_rootcause.agent.soft_restart_agent import SoftRestartLoop, SoftRestartSession, history_note
+from flytekitplugins_rootcause.agent.soft_restart_agent import (
+    SoftRestartLoop,
+    SoftRestartSession,
+    history_note,
+    history_rows,
+)
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
@@ -143,7 +148,10 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                     observing_launch(observer, peers),
                     AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
                 ):
-                    return super()._execute(**kwargs)
+                    result = super()._execute(**kwargs)
+                if soft is not None:
+                    publish_restarts_deck(history_rows(soft))
+                return result
             except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                 child_failed = _child_failed_error(exc)
                 error = None if child_failed is None else _root_cause_error(observer, peers, child_failed, soft=soft)
@@ -234,7 +242,7 @@ def _root_cause_error(
     if soft is not None and (earlier := history_note(soft)):
         note = f"{note}\n{earlier}"
     error = root_cause_error(failures, note=note, members=peers.members(), lost_peers=lost)
-    publish_timeline_deck(failures)
+    publish_timeline_deck(failures, history_rows(soft) if soft is not None else ())
     logger.error("Root cause of the elastic launch failure:\n%s", error)
     return error
 

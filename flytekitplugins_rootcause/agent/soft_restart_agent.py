@@ -88,17 +88,22 @@ _CHANGE_WORDS = {
 }
 
 
+def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]:
+    """Every node's membership changes this pod knows of, in order: (time ns, node, what, reason)."""
+    with session.lock:
+        changes = session.changes
+    return [(c.time_ns, c.name, _CHANGE_WORDS.get(c.op, c.op), c.reason) for c in changes]
+
+
 def history_note(session: SoftRestartSession) -> str:
     """The report's paragraph on what the job went through before (every node's changes, in order)."""
-    with session.lock:
-        changes, worlds = session.changes, list(session.worlds)
-    if not changes:
+    rows = history_rows(session)
+    if not rows:
         return ""
+    with session.lock:
+        worlds = list(session.worlds)
     lines = ["Soft restarts before this failure (every node's, from the job's membership log):"]
-    for change in changes:
-        reason = f": {change.reason}" if change.reason else ""
-        words = _CHANGE_WORDS.get(change.op, change.op)
-        lines.append(f"  - {rfc3339_ns(change.time_ns)} {change.name} {words}{reason}")
+    lines += [f"  - {rfc3339_ns(at)} {node} {what}{f': {reason}' if reason else ''}" for at, node, what, reason in rows]
     lines.append(
         "  Worlds this pod was part of: "
         + "; ".join(f"{version}: nodes {list(members)} at {rfc3339_ns(at)}" for version, members, at in worlds)

@@ -41,11 +41,31 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch.multiprocessing.spawn.ProcessContext.sentinels`` (read and reordered),
   ``torch.multiprocessing.spawn.ProcessContext.processes`` (read);
   ``torch.multiprocessing.spawn.ProcessExitedException`` (raised).
+- :mod:`.torch_agent_loop` (the agent, ``restart_policy="soft"``; torch):
+  ``torch.distributed.launcher.api.LocalElasticAgent`` (replaced for a launch by a subclass whose
+  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._invoke_run`` is overridden);
+  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._worker_group`` and
+  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._pcontext`` (read),
+  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._remaining_restarts`` (read and
+  counted down); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._start_workers``,
+  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._stop_workers`` and
+  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._monitor_workers`` (called);
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.spec``,
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.master_addr``,
+  ``torch.distributed.elastic.agent.server.api.WorkerGroup.master_port`` and
+  ``torch.distributed.elastic.agent.server.api.WorkerSpec.rdzv_handler`` (read);
+  ``torch.distributed.elastic.agent.server.api.Worker.local_rank``,
+  ``torch.distributed.elastic.agent.server.api.Worker.role_rank``,
+  ``torch.distributed.elastic.agent.server.api.Worker.world_size``,
+  ``torch.distributed.elastic.agent.server.api.Worker.role_world_size`` and
+  ``torch.distributed.elastic.agent.server.api.Worker.id`` (set, as each new world's ranks).
 - :mod:`.torch_worker` (each worker; torch):
   ``torch.distributed.elastic.multiprocessing.errors.error_handler.ErrorHandler._get_error_file_path``
   (called); ``torch.distributed.distributed_c10d.default_pg_timeout`` and
   ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set);
-  ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries).
+  ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries);
+  ``torch.distributed.distributed_c10d._abort_process_group`` (called: an NCCL world left under soft
+  restarts).
 - :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
 - :mod:`.flytekit_entrypoint` (the entrypoint; flytekit): ``flytekit.bin.entrypoint.execute_task_cmd``
   (reused), ``flytekit.bin.entrypoint._dispatch_execute`` (replaced while the command runs),

@@ -25,6 +25,7 @@ SYMBOLS: tuple[Symbol, ...] = (
         "calls in each worker, for the path of its error file",
     ),
     Symbol("torch", _C10D, "default_pg_timeout", "sets in each worker, when collective_timeout_s is set"),
+    Symbol("torch", _C10D, "_abort_process_group", "calls, to leave an NCCL world under soft restarts"),
     Symbol("torch", _C10D, "default_pg_nccl_timeout", "sets in each worker, when collective_timeout_s is set"),
     Symbol(
         "torch",
@@ -92,3 +93,12 @@ def flight_recorder_entries() -> list[dict[str, object]] | None:
         return [entry for entry in entries if isinstance(entry, dict)]
     except Exception:
         return None
+
+
+def abort_process_groups() -> None:
+    """Abort every NCCL communicator of this process (torch's communicator abort): a collective stuck on a
+    failed peer returns, and the process lives on to join the next world (soft restarts)."""
+    require(SYMBOLS)
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d._abort_process_group()

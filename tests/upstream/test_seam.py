@@ -455,6 +455,65 @@ def _task_function(_: Any) -> None:
     assert vars(elastic_task)["_task_function"] is _elastic_body
 
 
+class _StubRendezvous:
+    """Just what ``LocalElasticAgent.__init__`` and ``AgentParts`` ask of a rendezvous handler."""
+
+    use_agent_store = True
+
+    def get_run_id(self) -> str:
+        return "seam"
+
+
+def _soft_agent_parts(_: Any) -> None:
+    """A real ``LocalElasticAgent``, driven through ``AgentParts`` as the soft-restart loop drives it."""
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+
+    from flytekitplugins_rootcause.upstream.torch_agent_loop import AgentParts
+
+    spec = WorkerSpec(role="trainer", local_world_size=2, rdzv_handler=_StubRendezvous(),  # type: ignore[arg-type]
+                      entrypoint="true", max_restarts=2, monitor_interval=0.25)
+    agent = LocalElasticAgent(spec, DefaultLogsSpecs())
+    group = agent._worker_group
+    group.store, group.group_rank, group.group_world_size = object(), 1, 3
+    group.master_addr, group.master_port = "127.0.0.1", 29400
+    parts = AgentParts(agent)
+    assert (parts.group_rank, parts.group_world_size, parts.local_world_size) == (1, 3, 2)
+    assert (parts.master_addr, parts.master_port, parts.monitor_interval) == ("127.0.0.1", 29400, 0.25)
+    assert parts.shares_rendezvous_store and parts.store is group.store
+    assert parts.remaining_restarts == 2
+    parts.use_restart()
+    assert agent._remaining_restarts == 1
+    parts.set_ranks(4, 8)
+    assert parts.ranks() == {0: (4, 8), 1: (5, 8)}
+    assert [(w.local_rank, w.role_rank, w.role_world_size) for w in group.workers] == [(0, 4, 8), (1, 5, 8)]
+    group.workers[0].id = 123
+    assert agent._pcontext is None  # what pids() reads once workers run
+    for method in ("_start_workers", "_stop_workers", "_monitor_workers"):
+        assert parameter_names(resolve(f"{AGENT}.LocalElasticAgent.{method}")) == ["self", "worker_group"]
+    assert parameter_names(resolve(f"{WORKER_API}.SimpleElasticAgent._invoke_run"))[:2] == ["self", "role"]
+
+
+def _abort_process_group(_: Any) -> None:
+    # called with no argument: every group of the process (torch documents it for NCCL)
+    assert parameter_names(resolve("torch.distributed.distributed_c10d._abort_process_group")) == ["group"]
+
+
+def _launcher_agent_class(_: Any) -> None:
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.launcher import api as launcher_api
+
+    from flytekitplugins_rootcause.upstream.torch_agent_loop import launcher_agent_with_loop
+
+    assert launcher_api.LocalElasticAgent is LocalElasticAgent  # launch_agent builds its agent from this global
+    with launcher_agent_with_loop(lambda parts: None):  # type: ignore[arg-type,return-value]
+        replaced = launcher_api.LocalElasticAgent
+        assert issubclass(replaced, LocalElasticAgent) and replaced is not LocalElasticAgent
+        assert "_invoke_run" in vars(replaced)
+    assert launcher_api.LocalElasticAgent is LocalElasticAgent
+
+
 #: Per declared symbol (qualified name), the test of how the plugin uses it.
 SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{AGENT}.start_processes": _start_processes,
@@ -495,6 +554,16 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     "flytekit.core.data_persistence.FileAccessProvider.put_data": _put_data,
     f"{KFPYTORCH}.PytorchElasticFunctionTask._execute": _kfpytorch_execute,
     f"{KFPYTORCH}.PytorchElasticFunctionTask._task_function": _task_function,
+    "torch.distributed.launcher.api.LocalElasticAgent": _launcher_agent_class,
+    "torch.distributed.distributed_c10d._abort_process_group": _abort_process_group,
+    **{f"{WORKER_API}.{path}": _soft_agent_parts for path in (
+        "SimpleElasticAgent._invoke_run", "SimpleElasticAgent._worker_group", "SimpleElasticAgent._remaining_restarts",
+        "WorkerGroup.spec", "WorkerGroup.master_addr", "WorkerGroup.master_port", "WorkerSpec.rdzv_handler",
+        "Worker.local_rank", "Worker.role_rank", "Worker.world_size", "Worker.role_world_size", "Worker.id",
+    )},
+    **{f"{AGENT}.LocalElasticAgent.{path}": _soft_agent_parts for path in (
+        "_pcontext", "_start_workers", "_stop_workers", "_monitor_workers",
+    )},
 }
 
 

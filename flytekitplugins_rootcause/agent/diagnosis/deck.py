@@ -100,8 +100,33 @@ def timeline_html(failures: Sequence[WorkerFailure]) -> str:
     )
 
 
-def publish_timeline_deck(failures: Sequence[WorkerFailure]) -> None:
-    """Add the timeline Deck to the current Flyte context (shown when the task enables decks)."""
+#: Deck of a soft-restart launch: every node that left and rejoined the job, in order.
+RESTARTS_DECK_NAME = "Soft restarts"
+#: One soft-restart change: (time ns, node, what happened, why).
+RestartRow = tuple[int, str, str, str]
+
+
+def restarts_html(rows: Sequence[RestartRow]) -> str:
+    """A table of soft-restart changes: (time ns, node, what happened, reason)."""
+    body = "".join(
+        f"<tr><td>{_html(format_time(at))}</td><td>{_html(node)}</td><td>{_html(what)}</td><td>{_html(reason)}</td></tr>"
+        for at, node, what, reason in rows
+    )
+    header = "<tr><th>time (UTC)</th><th>node</th><th>what</th><th>why</th></tr>"
+    return f'<h3>Soft restarts</h3><table class="rootcause">{header}{body}</table>'
+
+
+def publish_timeline_deck(failures: Sequence[WorkerFailure], restarts: Sequence[RestartRow] = ()) -> None:
+    """Add the timeline Deck to the current Flyte context (shown when the task enables decks), with the
+    soft restarts the job went through before, if any."""
     from flytekit import Deck
 
-    Deck(DECK_NAME, timeline_html(failures))
+    Deck(DECK_NAME, timeline_html(failures) + (restarts_html(restarts) if restarts else ""))
+
+
+def publish_restarts_deck(restarts: Sequence[RestartRow]) -> None:
+    """Add the soft-restart Deck of a launch that healed and succeeded (nothing without restarts)."""
+    from flytekit import Deck
+
+    if restarts:
+        Deck(RESTARTS_DECK_NAME, restarts_html(restarts))
