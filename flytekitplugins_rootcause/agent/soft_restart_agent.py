@@ -88,6 +88,10 @@ _CHANGE_WORDS = {
 }
 
 
+#: How long a node's workers may still run once another node's workers have all returned.
+FINISH_GRACE_S = 5.0
+
+
 def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]:
     """Every node's membership changes this pod knows of, in order: (time ns, node, what, reason)."""
     with session.lock:
@@ -140,6 +144,7 @@ class SoftRestartLoop:
         self.world = SoftWorld(parts.store, parts.group_rank, self.session.worker, range(parts.group_world_size))
         self._world_formed(self.world.current)
         self._start_local_workers(self._healthy_events(self.world.current, None))
+        finished_seen: float | None = None
         while True:
             time.sleep(parts.monitor_interval)
             result = parts.poll()
@@ -153,6 +158,12 @@ class SoftRestartLoop:
                 unhealed = self._heal(result)
                 if unhealed is not None:
                     return unhealed
+            elif is_healthy(result) and self.world.job_finished():
+                # another node's workers all returned: these finish their last step within moments, or
+                # (restarted just as the training ended) wait for a world that will never be whole
+                finished_seen = finished_seen or time.monotonic()
+                if time.monotonic() - finished_seen > FINISH_GRACE_S:
+                    return self._finished_elsewhere()
             elif is_healthy(result) and self.world.change_proposed():
                 self._follow_change()
 

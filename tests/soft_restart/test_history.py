@@ -1,0 +1,33 @@
+"""What a report and the Deck say about the soft restarts a job went through."""
+
+from __future__ import annotations
+
+from flytekitplugins_rootcause.agent.diagnosis.deck import restarts_html
+from flytekitplugins_rootcause.agent.soft_restart_agent import SoftRestartSession, history_note, history_rows
+from flytekitplugins_rootcause.agent.soft_world import Change
+from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
+
+
+def _session(tmp_path: object) -> SoftRestartSession:
+    return SoftRestartSession(
+        worker="pod-0", channel=WorkerChannel(str(tmp_path)), diagnose=lambda failed: failed,
+        end_workers=lambda: None, is_recoverable=lambda error: True, timeout_s=10,
+    )
+
+
+def test_every_node_s_changes_are_listed_in_order_in_the_report_and_the_deck(tmp_path: object) -> None:
+    session = _session(tmp_path)
+    assert history_note(session) == "" and history_rows(session) == []
+    session.changes = (
+        Change("leave", 1, "pod-1", "<b>rank 3</b> raised", 1_000_000_000),
+        Change("join", 1, "pod-1", "", 2_000_000_000),
+    )
+    session.worlds = [(0, (0, 1), 500_000_000), (1, (0,), 1_100_000_000), (2, (0, 1), 2_100_000_000)]
+    note = history_note(session)
+    assert note.splitlines()[0].startswith("Soft restarts before this failure")
+    assert "pod-1 failed; its workers restarted while the others went on without it: <b>rank 3</b> raised" in note
+    assert note.index("pod-1 failed") < note.index("pod-1 rejoined")
+    assert "1: nodes [0] at 1970-01-01T00:00:01.100000000Z" in note
+    page = restarts_html(history_rows(session))
+    assert "&lt;b&gt;rank 3&lt;/b&gt; raised" in page and "<b>rank 3</b>" not in page  # escaped
+    assert page.count("<tr>") == 3  # header and two changes
