@@ -181,6 +181,7 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
             end_workers=lambda: _end_running_attempt(observer),
             is_recoverable=lambda error: isinstance(error, FlyteRecoverableException),
             timeout_s=self.task_config.soft_restart_timeout_s,
+            min_nodes=int(self.min_nodes),
         )
 
 

@@ -25,3 +25,17 @@ def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> No
     assert "[root cause] rank 1 (local rank 1, group rank 0)" in output
     assert "ValueError: corrupt shard read by rank 1 in epoch 1" in output
     assert "Other failures (1):" in output
+
+
+@pytest.mark.slow
+def test_soft_restart_example_heals_a_recoverable_failure_and_returns(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_INTERNAL", "_F_"))}
+    completed = subprocess.run(
+        [PYFLYTE, "run", str(REPO / "examples" / "soft_restart_training.py"), "soft_restart_wf", "--fail_rank", "1"],
+        cwd=tmp_path, env=env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=240, check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "soft restart: leaving the world, restarting this node's workers" in output
+    assert "spot node reclaimed under rank 1 at step 50" in output
+    assert float(completed.stdout.strip().splitlines()[-1]) < 1.0  # the fitted loss, printed by pyflyte run

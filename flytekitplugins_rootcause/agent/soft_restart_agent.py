@@ -61,7 +61,8 @@ class SoftRestartSession:
 
     ``diagnose`` ranks a local failure exactly as the hard path does and returns its root-cause error
     (recoverable or not); ``end_workers`` ends this node's running workers as victims (a fatal
-    failure elsewhere). ``timeout_s`` bounds a world change: members arriving at a new world, and a
+    failure elsewhere). ``min_nodes``: the smallest world the job may go on with (``nnodes``' minimum).
+    ``timeout_s`` bounds a world change: members arriving at a new world, and a
     restarted node's workers getting ready (their own initialisation included). ``history`` is
     every failure the job went through, in order, and ``worlds`` every world this node was part of
     (version, members, when formed) for the timeline.
@@ -73,6 +74,7 @@ class SoftRestartSession:
     end_workers: Callable[[], None]
     is_recoverable: Callable[[BaseException], bool]
     timeout_s: float
+    min_nodes: int = 1
     history: list[SoftRestartFailure] = dataclasses.field(default_factory=list)
     worlds: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
     changes: tuple[Change, ...] = ()
@@ -141,7 +143,8 @@ class SoftRestartLoop:
                 'restart_policy="soft" needs torch\'s shared rendezvous store (each new world\'s process group '
                 "meets there): unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE and use the c10d rendezvous backend"
             )
-        self.world = SoftWorld(parts.store, parts.group_rank, self.session.worker, range(parts.group_world_size))
+        self.world = SoftWorld(parts.store, parts.group_rank, self.session.worker, range(parts.group_world_size),
+                               self.session.min_nodes)
         self._world_formed(self.world.current)
         self._start_local_workers(self._healthy_events(self.world.current, None))
         finished_seen: float | None = None

@@ -96,11 +96,12 @@ def members_after(initial: Sequence[int], changes: Sequence[Change]) -> tuple[tu
 class SoftWorld:
     """This node's view of the agreed worlds (see the module docstring)."""
 
-    def __init__(self, store: Any, node: int, name: str, initial: Sequence[int]) -> None:
+    def __init__(self, store: Any, node: int, name: str, initial: Sequence[int], min_nodes: int = 1) -> None:
         self.store = store
         self.node = node
         self.name = name
         self.initial = tuple(initial)
+        self.min_nodes = min_nodes
         self.current = World(0, tuple(sorted(initial)))
 
     # --- log and proposals ---------------------------------------------------------------------
@@ -168,14 +169,22 @@ class SoftWorld:
         """Arrive at the next proposed world and return the first one that forms (or a fatal one).
 
         A world whose members do not all arrive within ``timeout_s`` is abandoned, and the members
-        that never came are logged ``lost``: the others go on without them.
+        that never came are logged ``lost``: the others go on without them. A world of fewer than
+        ``min_nodes`` nodes is not formed: the members wait (paused) for the next proposal, a node
+        coming back, for up to ``timeout_s``.
         """
         version = self.current.version + 1
         while True:
+            self._await_proposal(version, timeout_s)
             world = self._world(version)
             if world.fatal is not None or self.node not in world.members:
                 self.current = world
                 return world
+            if len(world.members) < self.min_nodes:
+                logger.warning("soft restart: world %d would have %d nodes, fewer than the %d the job needs: "
+                               "waiting for a node to come back", version, len(world.members), self.min_nodes)
+                version += 1
+                continue
             self.store.set(f"{_PREFIX}arrive/{version}/{self.node}", str(time.time_ns()))
             decision = self._decide(world, timeout_s)
             if decision == FORMED:
@@ -185,6 +194,14 @@ class SoftWorld:
             if decision == _FINISHED:
                 return dataclasses.replace(world, finished=True)
             version += 1
+
+    def _await_proposal(self, version: int, timeout_s: float) -> None:
+        key = f"{_PREFIX}world/{version}"
+        deadline = time.monotonic() + timeout_s
+        while not self.store.check([key]):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"soft restart: no world {version} was proposed within {timeout_s:g} s")
+            time.sleep(POLL_INTERVAL_S)
 
     def _decide(self, world: World, timeout_s: float) -> str:
         decided = f"{_PREFIX}decided/{world.version}"

@@ -100,3 +100,24 @@ def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees
         final = _after_proposal(zero)
     one_back.join(timeout=20)
     assert results and (results[0].version, results[0].members) == (final.version, final.members)
+
+
+def test_no_world_smaller_than_the_minimum_forms_its_members_wait_for_a_node_to_come_back(store: Any) -> None:
+    zero = SoftWorld(store, 0, "pod-0", range(2), min_nodes=2)
+    one = SoftWorld(store, 1, "pod-1", range(2), min_nodes=2)
+    one.leave("worker raised")  # world 1 would be pod-0 alone
+    results: list[World] = []
+    waiter = threading.Thread(target=lambda: results.append(zero.next_world(10)))
+    waiter.start()
+    threading.Event().wait(0.1)
+    assert not results  # pod-0 waits, paused, instead of going on alone
+    back = one.join(10)
+    waiter.join(timeout=20)
+    assert (back.version, back.members) == (results[0].version, results[0].members) == (2, (0, 1))
+
+
+def test_a_node_waiting_for_a_world_that_is_never_proposed_gives_up_clearly(store: Any) -> None:
+    zero = SoftWorld(store, 0, "pod-0", range(2), min_nodes=2)
+    SoftWorld(store, 1, "pod-1", range(2), min_nodes=2).leave("worker raised")
+    with pytest.raises(TimeoutError, match=r"no world 2 was proposed within 0\.2 s"):
+        zero.next_world(0.2)
