@@ -13,13 +13,18 @@ REPO = Path(__file__).resolve().parents[1]
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
 
 
-@pytest.mark.slow
-def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> None:
+def _pyflyte_run(tmp_path: Path, example: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pyflyte run examples/<example> ...`` as a user runs it locally (no backend variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_INTERNAL", "_F_"))}
-    completed = subprocess.run(
-        [PYFLYTE, "run", str(REPO / "examples" / "training_workflow.py"), "training_wf", "--fail_rank", "1"],
+    return subprocess.run(
+        [PYFLYTE, "run", str(REPO / "examples" / example), *args],
         cwd=tmp_path, env=env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=240, check=False,
     )
+
+
+@pytest.mark.slow
+def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> None:
+    completed = _pyflyte_run(tmp_path, "training_workflow.py", "training_wf", "--fail_rank", "1")
     output = completed.stdout + completed.stderr
     assert completed.returncode != 0
     assert "[root cause] rank 1 (local rank 1, group rank 0)" in output
@@ -29,11 +34,7 @@ def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_soft_restart_example_heals_a_recoverable_failure_and_returns(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_INTERNAL", "_F_"))}
-    completed = subprocess.run(
-        [PYFLYTE, "run", str(REPO / "examples" / "soft_restart_training.py"), "soft_restart_wf", "--fail_rank", "1"],
-        cwd=tmp_path, env=env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=240, check=False,
-    )
+    completed = _pyflyte_run(tmp_path, "soft_restart_training.py", "soft_restart_wf", "--fail_rank", "1")
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "soft restart: leaving the world, restarting this node's workers" in output

@@ -21,15 +21,12 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher import api as launcher_api
 
 from flytekitplugins_rootcause.upstream.patching import patched
+from flytekitplugins_rootcause.upstream.torch_elastic import torch_symbol as _torch
 from flytekitplugins_rootcause.upstream.versions import Symbol, require
 
 _LAUNCHER = "torch.distributed.launcher.api"
 _AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 _API = "torch.distributed.elastic.agent.server.api"
-
-
-def _torch(module: str, path: str, why: str, *, instance_attribute: bool = False) -> Symbol:
-    return Symbol("torch", module, path, why, instance_attribute)
 
 
 SYMBOLS: tuple[Symbol, ...] = (

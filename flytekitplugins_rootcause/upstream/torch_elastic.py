@@ -45,8 +45,12 @@ _API = "torch.distributed.elastic.multiprocessing.api"
 _SPAWN = "torch.multiprocessing.spawn"
 
 
-def _torch(module: str, path: str, why: str, *, instance_attribute: bool = False) -> Symbol:
+def torch_symbol(module: str, path: str, why: str, *, instance_attribute: bool = False) -> Symbol:
+    """A torch symbol the seam declares (the agent-side seam modules share this shorthand)."""
     return Symbol("torch", module, path, why, instance_attribute)
+
+
+_torch = torch_symbol
 
 
 SYMBOLS: tuple[Symbol, ...] = (
