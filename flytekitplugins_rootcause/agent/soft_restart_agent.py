@@ -110,6 +110,8 @@ def history_note(session: SoftRestartSession) -> str:
         worlds = list(session.worlds)
     lines = ["Soft restarts before this failure (every node's, from the job's membership log):"]
     lines += [f"  - {rfc3339_ns(at)} {node} {what}{f': {reason}' if reason else ''}" for at, node, what, reason in rows]
+    if session.fatal_elsewhere:
+        lines.append(f"  This pod's workers were ended because: {session.fatal_elsewhere}")
     lines.append(
         "  Worlds this pod was part of: "
         + "; ".join(f"{version}: nodes {list(members)} at {rfc3339_ns(at)}" for version, members, at in worlds)
@@ -158,7 +160,11 @@ class SoftRestartLoop:
             if is_failed(result):
                 if self.session.fatal_elsewhere is not None:
                     return result
-                unhealed = self._heal(result)
+                try:
+                    unhealed = self._heal(result)
+                except TimeoutError as exc:  # the restarted workers, or the others, never came
+                    self._give_up(exc)
+                    continue
                 if unhealed is not None:
                     return unhealed
             elif is_healthy(result) and self.world.job_finished():
@@ -168,7 +174,22 @@ class SoftRestartLoop:
                 if time.monotonic() - finished_seen > FINISH_GRACE_S:
                     return self._finished_elsewhere()
             elif is_healthy(result) and self.world.change_proposed():
-                self._follow_change()
+                try:
+                    self._follow_change()
+                except TimeoutError as exc:
+                    self._give_up(exc)
+
+    def _give_up(self, error: TimeoutError) -> None:
+        """A world change did not complete in time: the job cannot go on as one. Tell the other nodes
+        (a fatal change), end this node's workers (they become victims) and report why; the loop
+        returns their failure next."""
+        logger.error("%s: ending the job", error)
+        self.session.fatal_elsewhere = str(error)
+        try:
+            self.world.fail_job(str(error))
+        except (RuntimeError, OSError) as store_error:  # the store went with its pod: nobody to tell
+            logger.warning("could not tell the other nodes: %s", store_error)
+        self.session.end_workers()
 
     # --- a failure on this node ----------------------------------------------------------------
 

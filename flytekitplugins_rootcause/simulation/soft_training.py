@@ -173,3 +173,12 @@ def read_worker_logs(sim_dir: Path) -> dict[tuple[str, int], list[list[dict[str,
         runs.sort(key=lambda events: float(events[0]["t"]))  # type: ignore[arg-type]
     return processes
 
+
+
+@task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=1, max_restarts=2, restart_policy="soft",
+                                   start_method="fork", soft_restart_timeout_s=2.0))
+def soft_train_2x1_short_timeout(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                                 fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                                 init_until_scale_down: bool = False) -> float:
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down)

@@ -21,6 +21,7 @@ from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, 
 from flytekitplugins_rootcause.simulation.soft_training import (
     hard_train_2x2,
     read_worker_logs,
+    soft_train_2x1_short_timeout,
     soft_train_2x2,
     soft_train_3x1,
 )
@@ -122,3 +123,16 @@ def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectS
     for (pod, local_rank), processes in read_worker_logs(result.sim_dir).items():
         assert len(processes) == 2, (pod, local_rank, logs)  # every worker of every pod restarted ...
         assert _steps(processes[1])[0] == 1, logs  # ... from step 0 (no checkpoint in this loop)
+
+
+def test_a_restarted_node_that_never_gets_ready_ends_the_job_instead_of_hanging_it(file_store: ObjectStore,
+                                                                                   tmp_path: Path) -> None:
+    """The restarted worker's initialisation (5 s) outlasts ``soft_restart_timeout_s`` (2 s): the job
+    ends, every pod reports, and the reports say why."""
+    result = _run(file_store, tmp_path, soft_train_2x1_short_timeout, 2, 1, fail_pod="train-worker-1",
+                  fail_step=4, init_s=5.0, steps=400, step_s=0.05)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=2, settle_timeout=10).read_all()
+    assert {f.worker for f in read.failures} == {"train-worker-0", "train-worker-1"}, logs
+    reports = "\n".join(f.message for f in read.failures)
+    assert "restarted workers were not ready within 2 s" in reports, logs
