@@ -4,7 +4,7 @@ torch's loop answers any failure with a hard restart: every agent stops every wo
 rendezvous again. This loop (``restart_policy="soft"``, the RFC's ``soft-no-replace``) does instead:
 
 - **a local worker failed**: stop this node's workers (they become victims, as today), diagnose the
-  failure exactly as the hard path does (root cause vs victims), and record it. If the root cause is
+  failure exactly as the hard path does (root cause vs victims), and log it for every pod. If the root cause is
   recoverable, this node has not failed before, and restarts remain: leave the world (the others
   scale down and go on at once), start this node's workers again PAUSED (they initialise while the
   others train), wait until each says it is ready, then join (the others scale up). Otherwise log a
@@ -44,17 +44,6 @@ from rootcause_core.timestamps import rfc3339_ns
 
 logger = logging.getLogger(__name__)
 
-@dataclasses.dataclass(frozen=True)
-class SoftRestartFailure:
-    """One failure the job went through: where, when, what, and whether a soft restart healed it."""
-
-    time_ns: int
-    worker: str
-    summary: str
-    healed: bool
-    world_version: int
-
-
 @dataclasses.dataclass
 class SoftRestartSession:
     """What one launch's soft-restart agent needs from the task, and what it leaves for the report.
@@ -63,9 +52,9 @@ class SoftRestartSession:
     (recoverable or not); ``end_workers`` ends this node's running workers as victims (a fatal
     failure elsewhere). ``min_nodes``: the smallest world the job may go on with (``nnodes``' minimum).
     ``timeout_s`` bounds a world change: members arriving at a new world, and a
-    restarted node's workers getting ready (their own initialisation included). ``history`` is
-    every failure the job went through, in order, and ``worlds`` every world this node was part of
-    (version, members, when formed) for the timeline.
+    restarted node's workers getting ready (their own initialisation included). ``changes`` is the
+    job's membership log as this node last saw it (every node's soft restarts, for the report and the
+    Deck), ``worlds`` every world this node was part of (version, members, when formed).
     """
 
     worker: str
@@ -75,7 +64,6 @@ class SoftRestartSession:
     is_recoverable: Callable[[BaseException], bool]
     timeout_s: float
     min_nodes: int = 1
-    history: list[SoftRestartFailure] = dataclasses.field(default_factory=list)
     worlds: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
     changes: tuple[Change, ...] = ()
     fatal_elsewhere: str | None = None
@@ -136,6 +124,7 @@ class SoftRestartLoop:
         self.session = session
         self.parts: AgentParts
         self.world: SoftWorld
+        self.failed_before = False  # a node is restarted once: its second failure ends the job
 
     def __call__(self, parts: AgentParts) -> RunResult:
         self.parts = parts
@@ -201,9 +190,8 @@ class SoftRestartLoop:
             return result  # the job failed elsewhere first: this node's workers fell with it
         error = self.session.diagnose(self.parts.child_failed_error(result))
         recoverable = self.session.is_recoverable(error)
-        failed_before = any(f.worker == self.session.worker for f in self.session.history)
+        failed_before, self.failed_before = self.failed_before, True
         healable = recoverable and not failed_before and self.parts.remaining_restarts > 0
-        self._record(error, healed=healable)
         if not healable:
             why = "not recoverable" if not recoverable else (
                 "this node failed before" if failed_before else "no restarts left")
@@ -246,13 +234,6 @@ class SoftRestartLoop:
                 )
             time.sleep(min(self.parts.monitor_interval, 0.05))
         return None
-
-    def _record(self, error: BaseException, *, healed: bool) -> None:
-        with self.session.lock:
-            self.session.history.append(
-                SoftRestartFailure(time.time_ns(), self.session.worker, _summary(error), healed,
-                                   self.world.current.version)
-            )
 
     # --- a change elsewhere --------------------------------------------------------------------
 
