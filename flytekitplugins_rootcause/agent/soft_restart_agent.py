@@ -297,5 +297,5 @@ class SoftRestartLoop:
     def _start_local_workers(self, first_events: dict[int, WorkerEvent]) -> None:
         """Start this node's workers, each with a fresh channel file holding its first event."""
         for local_rank, event in first_events.items():
-            self.session.channel.start_fresh([local_rank], event)
+            self.session.channel.start_fresh(local_rank, event)
         self.parts.start_workers()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 from flytekitplugins_rootcause.worker.world_events import EVENTS_DIR_VARIABLE, WorkerEvent, events_path, waiting_path
@@ -24,14 +23,13 @@ class WorkerChannel:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="rootcause-soft-restart-"))
         self.directory.mkdir(parents=True, exist_ok=True)
 
-    def start_fresh(self, local_ranks: Iterable[int], event: WorkerEvent) -> None:
-        """Before (re)starting these workers: each file holds ``event`` only, and no old waiting note."""
-        for local_rank in local_ranks:
-            path = events_path(self.directory, local_rank)
-            partial = path.with_name(f".{path.name}.new")
-            partial.write_text(event.to_line(), encoding="utf-8")
-            partial.replace(path)
-            waiting_path(self.directory, local_rank).unlink(missing_ok=True)
+    def start_fresh(self, local_rank: int, event: WorkerEvent) -> None:
+        """Before (re)starting this worker: its file holds ``event`` only, and no old waiting note."""
+        path = events_path(self.directory, local_rank)
+        partial = path.with_name(f".{path.name}.new")
+        partial.write_text(event.to_line(), encoding="utf-8")
+        partial.replace(path)
+        waiting_path(self.directory, local_rank).unlink(missing_ok=True)
 
     def publish(self, local_rank: int, event: WorkerEvent) -> None:
         """Append ``event`` to one worker's file."""

@@ -40,7 +40,7 @@ def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerChannel:
 
 def test_events_travel_in_order_and_a_line_being_written_is_left_for_later(tmp_path: Path) -> None:
     channel = WorkerChannel(str(tmp_path))
-    channel.start_fresh([0], WorkerEvent(1.0, WorkerState.PAUSED))
+    channel.start_fresh(0, WorkerEvent(1.0, WorkerState.PAUSED))
     channel.publish(0, _healthy(1, WorldChangeEvent.SCALE_DOWN))
     with open(events_path(tmp_path, 0), "a") as handle:
         handle.write('{"timestamp": 3.0, "worker_st')  # the agent is mid-write
@@ -55,13 +55,13 @@ def test_a_line_that_is_not_an_event_is_a_clear_error() -> None:
 
 
 def test_a_restarted_worker_sees_only_its_own_events(channel: WorkerChannel) -> None:
-    channel.start_fresh([0], _healthy(3))
-    channel.start_fresh([0], WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_UP))
+    channel.start_fresh(0, _healthy(3))
+    channel.start_fresh(0, WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_UP))
     assert [e.worker_state for e in read_events(events_path(channel.directory, 0))] == [WorkerState.PAUSED]
 
 
 def test_get_worker_info_waits_while_paused_says_it_waits_and_returns_the_next_world(channel: WorkerChannel) -> None:
-    channel.start_fresh([0], WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_UP))
+    channel.start_fresh(0, WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_UP))
     assert soft_restart.enabled() and soft_restart.world_changed()
     got: list[WorkerInfo] = []
     waiter = threading.Thread(target=lambda: got.append(soft_restart.get_worker_info(timeout_s=30)))
@@ -76,7 +76,7 @@ def test_get_worker_info_waits_while_paused_says_it_waits_and_returns_the_next_w
 
 
 def test_a_worker_waits_for_a_world_newer_than_the_one_that_failed(channel: WorkerChannel) -> None:
-    channel.start_fresh([0], _healthy(1))
+    channel.start_fresh(0, _healthy(1))
     with pytest.raises(TimeoutError, match="no new world"):
         soft_restart.get_worker_info(timeout_s=0.05, newer_than=1)
     channel.publish(0, _healthy(2))
