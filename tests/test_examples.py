@@ -34,7 +34,7 @@ def test_training_example_fails_with_the_root_cause_report(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_soft_restart_example_heals_a_recoverable_failure_and_returns(tmp_path: Path) -> None:
-    completed = _pyflyte_run(tmp_path, "soft_restart_training.py", "soft_restart_wf", "--fail_rank", "1")
+    completed = _pyflyte_run(tmp_path, "soft_restart.py", "soft_restart_wf", "--fail_rank", "1")
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     assert "soft restart: leaving the world, restarting this node's workers" in output

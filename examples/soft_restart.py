@@ -4,8 +4,8 @@ Locally (CPU, gloo, one "pod" of 2 workers). The failed node is the only one her
 workers restart and, with no survivor holding the model, start over; with two pods or more, the
 other pods' workers keep their processes and the restarted ones catch up from them:
 
-    pyflyte run examples/soft_restart_training.py soft_restart_wf                       # trains
-    pyflyte run examples/soft_restart_training.py soft_restart_wf --fail_rank 1         # rank 1 fails once: healed
+    pyflyte run examples/soft_restart.py soft_restart_wf                # trains
+    pyflyte run examples/soft_restart.py soft_restart_wf --fail_rank 1  # rank 1 fails once: healed
 
 On a cluster set ``EXAMPLE_NNODES`` to the job's pods (e.g. ``1:4``: go on with at least 1 while a
 failed one restarts). The loop is the pattern of ``flytekitplugins_rootcause.soft_restart``; what a
