@@ -74,7 +74,7 @@ def _until_a_survivor_scaled_down(timeout_s: float = 120.0) -> None:
 
 def run_soft_training(
     steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
-    init_until_scale_down: bool = False,
+    init_until_scale_down: bool = False, fail_fatal: bool = False,
 ) -> float:
     pod, local_rank = current_worker_name(), int(os.environ["LOCAL_RANK"])
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
@@ -99,11 +99,13 @@ def run_soft_training(
             info, step, total = _next_world(log, step, total)
             version = info.world_version
             continue
-        # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step
+        # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step;
+        # recoverable (FlyteRecoverableException) unless ``fail_fatal`` (a plain ValueError)
         due = step == fail_step if not restarted else fail_again
         if pod == fail_pod and local_rank == fail_local_rank and due:
             log.write("fault", step=step)
-            raise FlyteRecoverableException(f"injected failure at step {step} on {pod} local rank {local_rank}")
+            message = f"injected failure at step {step} on {pod} local rank {local_rank}"
+            raise ValueError(message) if fail_fatal else FlyteRecoverableException(message)
         contribution = torch.full((4,), float(step + 1))
         try:
             dist.all_reduce(contribution)
@@ -138,9 +140,9 @@ def _next_world(log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart
                                    start_method="fork"))
 def soft_train_2x2(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                    fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
-                   init_until_scale_down: bool = False) -> float:
+                   init_until_scale_down: bool = False, fail_fatal: bool = False) -> float:
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
-                             init_until_scale_down)
+                             init_until_scale_down, fail_fatal)
 
 
 @task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft",

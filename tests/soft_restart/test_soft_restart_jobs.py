@@ -3,8 +3,8 @@
 A worker raises a recoverable error mid-training on one pod. Under ``restart_policy="soft"`` only that
 pod's workers restart; every other pod's workers keep their processes and their in-memory step,
 see the world scale down and back up, and the job returns the same result as a job with no failure.
-A second failure of the same pod ends the job with its root cause, named by both readers. Under
-``"hard"`` every worker restarts, as in torch.
+A second failure of the same pod, or one that is not recoverable, ends the job with its root cause,
+named by both readers, without a restart. Under ``"hard"`` every worker restarts, as in torch.
 """
 
 from __future__ import annotations
@@ -108,6 +108,24 @@ def test_a_second_failure_of_the_same_pod_ends_the_job_with_its_root_cause(file_
     assert console is not None and console.worker == "train-worker-1", f"Go rule: {console}; {logs}"
     survivors = read_worker_logs(result.sim_dir)[("train-worker-0", 0)]
     assert len(survivors) == 1, logs  # pod 0 was never restarted: ended once, at the end
+
+
+def test_a_failure_that_is_not_recoverable_is_not_restarted_and_ends_the_job_with_its_root_cause(
+    file_store: ObjectStore, tmp_path: Path,
+) -> None:
+    result = _run(file_store, tmp_path, soft_train_2x2, 2, 2, fail_pod="train-worker-1", fail_local_rank=1,
+                  fail_step=4, fail_fatal=True)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=2, settle_timeout=10).read_all()
+    assert {f.worker for f in read.failures} == {"train-worker-0", "train-worker-1"}, logs
+    root = read.failures[0]
+    assert (root.worker, root.global_rank, root.role) == ("train-worker-1", 3, Role.CANDIDATE), logs
+    assert "ValueError: injected failure at step 4" in root.message, logs
+    assert all(f.role == Role.VICTIM for f in read.failures if f.worker == "train-worker-0"), logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == "train-worker-1", f"Go rule: {console}; {logs}"
+    # nobody restarted: not the failed node (not recoverable), not its peers (the job ended)
+    assert all(len(processes) == 1 for processes in read_worker_logs(result.sim_dir).values()), logs
 
 
 def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectStore, tmp_path: Path,
