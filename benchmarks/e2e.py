@@ -14,8 +14,9 @@ Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers
   ``error-<uuid>.pb``), decided by Flyte's Go reading rule: list ``error*.pb``, earliest timestamp,
   a missing timestamp counts as 1970, ties by file name.
 
-Fault kinds: raise, sigkill, sigabrt, ordering (two independent errors 50 ms apart), skew (a
-raise in a pod whose wall clock runs 1 s ahead of the others'), vanish (every process of the
+Fault kinds: raise, sigkill, sigabrt, sigsegv (a real segfault), exit (``os._exit(3)``: no
+exception, no signal), ordering (two independent errors 50 ms apart), skew (a raise in a pod whose
+wall clock runs 1 s ahead of the others'), vanish (every process of the
 faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
 and hang (one rank sleeps; its peers time out in the next all-reduce after 3 s). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
@@ -90,6 +91,8 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "raise": (FaultKind.RAISE, 0.0),
     "sigkill": (FaultKind.SIGKILL, 0.0),
     "sigabrt": (FaultKind.SIGABRT, 0.0),
+    "sigsegv": (FaultKind.SIGSEGV, 0.0),
+    "exit": (FaultKind.EXIT, 0.0),
     "ordering": (FaultKind.ORDERING, 0.0),
     "skew": (FaultKind.RAISE, 1.0),
     "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)

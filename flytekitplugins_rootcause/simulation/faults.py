@@ -2,15 +2,18 @@
 
 The training task (``simulation.training``) calls :func:`maybe_inject` once per step; the worker the
 fault names (pod name and local rank: the global rank a pod gets is decided by the rendezvous)
-then raises, dies by SIGKILL or SIGABRT, or hangs. ``ordering`` makes a worker on another pod
-raise its own, independent error ``second_delay_s`` after the first: the earlier one is the root
-cause even though both happen within the same wall-clock second. ``clock_offset_s`` runs the faulty
-pod's wall clock that far ahead of the others' (``skewed_clock/sitecustomize.py``), as on a node
-whose clock is off: its failure then *looks* later than its victims' to anyone comparing stamps.
+then raises, dies by SIGKILL or SIGABRT, segfaults (a real invalid read, as a broken extension
+does), exits non-zero without a word (``os._exit``, as a C library's ``exit()``), or hangs.
+``ordering`` makes a worker on another pod raise its own, independent error ``second_delay_s``
+after the first: the earlier one is the root cause even though both happen within the same
+wall-clock second. ``clock_offset_s`` runs the faulty pod's wall clock that far ahead of the
+others' (``skewed_clock/sitecustomize.py``), as on a node whose clock is off: its failure then
+*looks* later than its victims' to anyone comparing stamps.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import enum
 import json
@@ -34,6 +37,8 @@ class FaultKind(enum.StrEnum):
     RAISE = "raise"
     SIGKILL = "sigkill"
     SIGABRT = "sigabrt"
+    SIGSEGV = "sigsegv"  # a real segfault: the worker reads address 0
+    EXIT = "exit"  # os._exit(3): no exception, no record, no signal; only the exit code tells
     HANG = "hang"
     ORDERING = "ordering"
     VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
@@ -136,6 +141,10 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if fault.kind == FaultKind.SIGABRT:
             os.abort()
+        if fault.kind == FaultKind.SIGSEGV:
+            ctypes.string_at(0)
+        if fault.kind == FaultKind.EXIT:
+            os._exit(3)
         if fault.kind == FaultKind.VANISH:
             vanish_pod()
         if fault.kind == FaultKind.HANG:

@@ -68,6 +68,16 @@ def test_an_aborting_worker_in_pod_one_is_the_reported_root_cause(file_store: Ob
     _assert_verdict(result)
 
 
+@pytest.mark.parametrize("kind", [FaultKind.SIGSEGV, FaultKind.EXIT], ids=["segfault", "silent-exit-3"])
+def test_a_worker_that_segfaults_or_exits_without_a_word_is_the_reported_root_cause(
+    kind: FaultKind, file_store: ObjectStore, tmp_path: Path,
+) -> None:
+    """Neither leaves a record: the exit (its signal or code, its time from the death watcher) is all
+    the evidence, and a peer in the same pod is ended as a victim beside it."""
+    result = _run(StoreAccess(file_store.root), Fault(kind, pod="train-worker-0", local_rank=1), tmp_path)
+    _assert_verdict(result)
+
+
 def test_a_raising_worker_is_the_reported_root_cause_on_fake_gcs_server(gcs_store: ObjectStore,
                                                                         tmp_path: Path) -> None:
     """The same job with every pod uploading to, and the readers listing, a real GCS API server."""
