@@ -20,7 +20,8 @@ wall clock runs 1 s ahead of the others'), vanish (every process of the
 faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
 and hang (one rank sleeps; its peers time out in the next all-reduce after 3 s). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
-the faulty one (the rendezvous decides ranks; the simulator records them); for a vanished pod, whose
+the faulty one (the rendezvous decides ranks; the simulator records them; the baseline's rank is
+the one torch's ``ChildFailedError`` report names as its root cause); for a vanished pod, whose
 document its peers write for the whole pod, the pod alone. Printed: the
 share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
 this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
@@ -37,6 +38,7 @@ import logging
 import re
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import fsspec
@@ -63,14 +65,33 @@ from rootcause_core.roles import rank_from_report
 Verdict = tuple[str | None, int | None]
 
 
-def go_rule_verdict(result: JobResult) -> Verdict:
+#: torch's ``ChildFailedError`` report (what kfpytorch's ``Elastic`` puts in its error): the first
+#: entry under "Root Cause (first observed failure):" has a line ``rank      : 1 (local_rank: 1)``.
+_TORCH_ROOT_CAUSE_RANK_RE = re.compile(
+    r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+) \(local_rank", re.DOTALL
+)
+
+
+def torch_report_rank(message: str) -> int | None:
+    """The global rank torch's own failure report names as its root cause (the baseline's errors)."""
+    match = _TORCH_ROOT_CAUSE_RANK_RE.search(message)
+    return int(match.group(1)) if match else None
+
+
+def go_rule_verdict(result: JobResult, rank_of: Callable[[str], int | None] = rank_from_report) -> Verdict:
     """What Flyte's Go reader names with the Earliest strategy (``backend_reader.upstream_rule``): the
-    pod, and the rank in its message's report line; ``(None, None)`` when it would fail the read."""
+    pod, and the rank its message names (``rank_of``: this plugin's report line by default);
+    ``(None, None)`` when it would fail the read."""
     try:
         pick = earliest_error(result.output_prefix, fsspec.filesystem("file"))
     except UpstreamReadError:
         return None, None
-    return (None, None) if pick is None else (pick.worker, rank_from_report(pick.message))
+    return (None, None) if pick is None else (pick.worker, rank_of(pick.message))
+
+
+def baseline_verdict(result: JobResult) -> Verdict:
+    """Go's rule on kfpytorch ``Elastic``'s files: the rank is the one torch's report names."""
+    return go_rule_verdict(result, rank_of=torch_report_rank)
 
 
 def ours_verdict(result: JobResult) -> Verdict:
@@ -167,7 +188,7 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
     plugin_task, baseline_task = TASKS.get((nnodes, kind), TASKS[(nnodes, "any")])
     runs = [("plugin", plugin_task, False, ours_verdict)]
     if baseline:
-        runs.append(("baseline", baseline_task, True, go_rule_verdict))
+        runs.append(("baseline", baseline_task, True, baseline_verdict))
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task, aggregation, decide in runs:
