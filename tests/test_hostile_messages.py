@@ -21,7 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
@@ -40,6 +40,7 @@ from rootcause_core.safe_text import (
     safe_text,
     utf8_size,
 )
+from rootcause_core.testimony import for_failure, with_testimony
 from rootcause_core.worker_names import current_worker_name, display_worker_name, raw_worker_name
 from testbed.object_stores import ObjectStore
 from testbed.reader_support import BASE_NS, error_document
@@ -117,6 +118,7 @@ def _pod_documents(error: BaseException, folder: Path, attempt_dir: Path) -> tup
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(exception_types, messages, shapes, worker_names)
+@example(ValueError, "NCCLREMOTEERROR", "plain", "\x01")  # reads like a peer's failure: a victim's document (found)
 def test_any_exception_names_the_right_worker_rank_and_type(
     cls: type[Exception], message: str, shape: str, raw_worker: str
 ) -> None:
@@ -127,8 +129,13 @@ def test_any_exception_names_the_right_worker_rank_and_type(
         folder, attempt_dir = Path(tmp, "out"), Path(tmp, "attempt_0")
         folder.mkdir()
         worker, document = _pod_documents(error, folder, attempt_dir)
-        victim = error_document("[victim] rank 2 on worker pod-late: killed by SIGTERM", worker="pod-late",
-                                timestamp_ns=ROOT_NS + 1_000_000_000)
+        # A later victim on another pod, as every pod of this plugin writes one: stamped the victim delay
+        # late, its true time in the testimony. (A message that reads like a peer's failure, e.g. one
+        # naming ncclRemoteError, makes this pod's document a victim's too, stamped as late: the Go
+        # rule must still name it, the earlier of two victims.)
+        late = for_failure(ROOT_NS + 1_000_000_000, victim=True)
+        victim = error_document(with_testimony("[victim] rank 2 on worker pod-late: killed by SIGTERM", late),
+                                worker="pod-late", timestamp_ns=late.stamped_ns())
         (folder / f"error-pod-late-{uuid.uuid4().hex}.pb").write_bytes(victim)
 
         result = RemoteFileOutputReader(str(folder)).read_all()
