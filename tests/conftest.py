@@ -4,6 +4,9 @@ Also hypothesis's defaults for this suite: no per-example deadline and no "too s
 Both are wall-clock limits (200 ms per example, data generation speed) that a busy shared CPU
 breaks at random; the properties themselves hold on any machine.
 
+Every process the suite starts talks over loopback only, so its DNS waits are bounded
+(``simulation.loopback.bound_dns_waits`` says why: torch's reverse lookups of loopback peers).
+
 And the order tests run in: the ``slow`` ones (real launches, tens of seconds each) first, so that
 under ``pytest -n 2`` the quick ones fill in at the end and no worker is left alone with a
 half-minute launch while the other idles.
@@ -11,12 +14,16 @@ half-minute launch while the other idles.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from flytekitplugins_rootcause.simulation.loopback import bound_dns_waits
 from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
+
+bound_dns_waits(os.environ)  # before any test starts a process: they all inherit it
 
 settings.register_profile("rootcause", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rootcause")

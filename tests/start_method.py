@@ -8,11 +8,13 @@ tests: ``tests/agent/test_fork_start.py``, and ``benchmarks/stress_teardown.py``
 and what the agent makes of a worker's failure does not depend on how the worker was started.
 
 ``spawn``, kfpytorch's default and what most users run, stays covered end to end: the README demo
-and every PyTorchJob simulation (``tests/simulation/``, whose tasks are the product's own), the
-examples under ``pyflyte run``, the teardown-grace tests, the serialized-command test, the
-straggler pre-check task, and the first launch test (``scenarios.rank_raises``): a spawned survivor
-dies of the teardown's SIGTERM, a forked one runs the handler it inherited from the agent and exits
-1 with torch's ``SignalException``; both are victims.
+and the PyTorchJob simulation of an abort beside a peer (``tests/simulation/``; the other fault
+kinds run the same loop forked, ``tests/elastic_tasks/forked_training.py``, and
+``benchmarks/e2e.py`` runs every kind spawned), the examples under ``pyflyte run``, the
+teardown-grace tests, the serialized-command test, the straggler pre-check task, and the first
+launch test (``scenarios.rank_raises``): a spawned survivor dies of the teardown's SIGTERM, a
+forked one runs the handler it inherited from the agent and exits 1 with torch's
+``SignalException``; both are victims.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from flytekitplugins_rootcause.simulation.faults import (
     SIM_DIR_VARIABLE,
     Fault,
 )
-from flytekitplugins_rootcause.simulation.loopback import free_port
+from flytekitplugins_rootcause.simulation.loopback import bound_dns_waits, free_port
 from flytekitplugins_rootcause.simulation.training import RANKS_DIR
 from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
@@ -189,6 +189,7 @@ def _base_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in _POD_CONTROLLED}
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["PYTHONWARNINGS"] = "ignore"
+    bound_dns_waits(env)  # every peer of a simulated pod is on loopback
     return env
 
 

@@ -8,11 +8,14 @@ timestamp, ``backend_reader.upstream_rule``), which is what the Flyte console sh
 same files as they lie, must name the same pod.
 
 Each fault kind runs once, on the smallest job that shows it (these are the suite's most expensive
-tests: every pod is an interpreter with torch and flytekit, and so is every spawned worker): 2 pods
-x 1 worker where the fault is between pods, 2 x 2 where a victim shares the faulty worker's pod
-(an abort, a hang beside a peer), 3 x 1 for a third pod. A SIGKILL at 2x2 is the README demo's own
-fault, run end to end by ``test_demo.py`` with both readers; ``benchmarks/e2e.py`` runs every kind
-at 2x2 and 4x2, repeatedly, and scores both readers.
+tests: every pod is an interpreter with torch and flytekit): 2 pods x 1 worker where the fault is
+between pods, 2 x 2 where a victim shares the faulty worker's pod (an abort, a segfault, a hang
+beside a peer), 3 x 1 for a third pod. The abort runs the product's own task, whose workers are
+spawned as kfpytorch's are by default; the other kinds run the same training loop with forked
+workers (``tests/elastic_tasks/forked_training.py``: a spawned worker is one more torch and flytekit
+import). A SIGKILL at 2x2, spawned, is the README demo's own fault, run end to end by
+``test_demo.py`` with both readers; ``benchmarks/e2e.py`` runs every kind spawned at 2x2 and 4x2,
+repeatedly, and scores both readers.
 """
 
 from __future__ import annotations
@@ -26,21 +29,22 @@ from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import (
-    train_2x1,
-    train_2x2,
-    train_2x2_short_timeout,
-    train_3x1,
-    train_3x1_short_timeout,
-)
+from flytekitplugins_rootcause.simulation.training import train_2x2
 from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
+from tests.elastic_tasks.forked_training import (
+    forked_train_2x1,
+    forked_train_2x2,
+    forked_train_2x2_short_timeout,
+    forked_train_3x1,
+    forked_train_3x1_short_timeout,
+)
 from tests.timestamps import assert_sub_second
 
 pytestmark = pytest.mark.slow
 
 
-def _run(store: StoreAccess, fault: Fault, tmp_path: Path, task: PythonTask = train_2x2, nnodes: int = 2,
+def _run(store: StoreAccess, fault: Fault, tmp_path: Path, task: PythonTask = forked_train_2x2, nnodes: int = 2,
          nproc_per_node: int = 2) -> JobResult:
     result = run_job(JobSpec(task=task, nnodes=nnodes, nproc_per_node=nproc_per_node, store=store, fault=fault),
                      work_dir=tmp_path)
@@ -64,7 +68,8 @@ def _assert_verdict(result: JobResult, storage_options: dict | None = None) -> N
 
 
 def test_an_aborting_worker_in_pod_one_is_the_reported_root_cause(file_store: ObjectStore, tmp_path: Path) -> None:
-    result = _run(StoreAccess(file_store.root), Fault(FaultKind.SIGABRT, pod="train-worker-1", local_rank=1), tmp_path)
+    result = _run(StoreAccess(file_store.root), Fault(FaultKind.SIGABRT, pod="train-worker-1", local_rank=1), tmp_path,
+                  train_2x2)
     _assert_verdict(result)
 
 
@@ -82,7 +87,7 @@ def test_a_raising_worker_is_the_reported_root_cause_on_fake_gcs_server(gcs_stor
                                                                         tmp_path: Path) -> None:
     """The same job with every pod uploading to, and the readers listing, a real GCS API server."""
     store = StoreAccess(gcs_store.new_prefix("e2e"), gcs_store.storage_options, gcs_store.env)
-    result = _run(store, Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0), tmp_path, train_2x1,
+    result = _run(store, Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0), tmp_path, forked_train_2x1,
                   nproc_per_node=1)
     _assert_verdict(result, gcs_store.storage_options)
 
@@ -90,7 +95,7 @@ def test_a_raising_worker_is_the_reported_root_cause_on_fake_gcs_server(gcs_stor
 def test_earlier_of_two_independent_errors_50ms_apart_wins(file_store: ObjectStore, tmp_path: Path) -> None:
     fault = Fault(FaultKind.ORDERING, pod="train-worker-0", local_rank=0, second_pod="train-worker-1",
                   second_local_rank=0, second_delay_s=0.05)
-    result = _run(StoreAccess(file_store.root), fault, tmp_path, train_2x1, nproc_per_node=1)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, forked_train_2x1, nproc_per_node=1)
     _assert_verdict(result)
     read = RemoteFileOutputReader(result.output_prefix).read_all()
     first, second = read.failures[0], read.failures[1]
@@ -104,7 +109,7 @@ def test_a_pod_whose_clock_runs_ahead_is_still_named_by_both_readers(file_store:
     """The faulty pod's clock is 5 s ahead: its failure is stamped later than its victims' by the
     clocks, and only the victims' moved stamps keep upstream Flyte's earliest-timestamp rule right."""
     fault = Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0, clock_offset_s=5.0)
-    result = _run(StoreAccess(file_store.root), fault, tmp_path, train_2x1, nproc_per_node=1)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, forked_train_2x1, nproc_per_node=1)
     _assert_verdict(result)
     read = RemoteFileOutputReader(result.output_prefix).read_all()
     root, victim = read.failures[0], read.failures[-1]
@@ -122,7 +127,7 @@ def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, 
                                                            tmp_path: Path) -> None:
     """Every process of one pod is SIGKILLed at once (a lost node): it writes nothing, its peers'
     workers fail as victims, and their agents find it gone and write for it; both readers name it."""
-    task = train_2x1 if nnodes == 2 else train_3x1
+    task = forked_train_2x1 if nnodes == 2 else forked_train_3x1
     fault = Fault(FaultKind.VANISH, pod=pod, local_rank=0)
     result = _run(StoreAccess(file_store.root), fault, tmp_path, task, nnodes, nproc_per_node=1)
     logs = f"pod logs in {result.sim_dir}"
@@ -141,7 +146,7 @@ def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, 
 
 @pytest.mark.parametrize(
     ("task", "nnodes", "nproc_per_node", "pod"),
-    [(train_2x2_short_timeout, 2, 2, "train-worker-1"), (train_3x1_short_timeout, 3, 1, STORE_HOST_POD)],
+    [(forked_train_2x2_short_timeout, 2, 2, "train-worker-1"), (forked_train_3x1_short_timeout, 3, 1, STORE_HOST_POD)],
     ids=["2x2-beside-a-peer", "3x1-alone-in-the-store-host"],
 )
 def test_a_rank_that_hangs_is_named_with_its_stack_by_both_readers(

@@ -1,0 +1,42 @@
+"""The simulator's training loop as tasks whose workers start forked, for the PyTorchJob tests.
+
+The product's own tasks (``flytekitplugins_rootcause.simulation.training``) spawn their workers, as
+kfpytorch does by default; the README demo and ``benchmarks/e2e.py`` run those. A spawned worker
+imports torch, flytekit and kfpytorch again (about 3.5 s of CPU here), so a 2-pod x 2-worker job
+costs six interpreter start-ups; forked workers start with what their pod's agent imported, which
+halves the CPU of each multi-pod test (``tests/start_method.py`` says why that matters and what
+still runs spawned). The training loop, the fault injection and the pods are the same.
+"""
+
+from __future__ import annotations
+
+from flytekit import task
+
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.simulation.training import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from tests.start_method import START_METHOD
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2, start_method=START_METHOD))
+def forked_train_2x2(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=1, start_method=START_METHOD))
+def forked_train_2x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1, start_method=START_METHOD))
+def forked_train_3x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2, start_method=START_METHOD))
+def forked_train_2x2_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1, start_method=START_METHOD))
+def forked_train_3x1_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
