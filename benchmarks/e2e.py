@@ -18,7 +18,8 @@ Fault kinds: raise, sigkill, sigabrt, sigsegv (a real segfault), exit (``os._exi
 exception, no signal), ordering (two independent errors 50 ms apart), skew (a raise in a pod whose
 wall clock runs 1 s ahead of the others'), vanish (every process of the
 faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
-and hang (one rank sleeps; its peers time out in the next all-reduce after 3 s). A trial is correct
+hang (one rank sleeps; its peers time out in the next all-reduce after 3 s) and init-hang (one
+rank sleeps before ``init_process_group``; its peers stop waiting for its store key after 20 s). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
 the faulty one (the rendezvous decides ranks; the simulator records them; the baseline's rank is
 the one torch's ``ChildFailedError`` report names as its root cause); for a vanished pod, whose
@@ -118,6 +119,7 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "skew": (FaultKind.RAISE, 1.0),
     "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
     "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
+    "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
 }
 #: (plugin, baseline) tasks per pod count, and for a kind that needs its own: a hang surfaces only
 #: with a short collective timeout.

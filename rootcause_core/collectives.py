@@ -7,6 +7,11 @@ collective its peers timed out in. torch's Flight Recorder numbers the collectiv
 group enters (``collective_seq_id``, the same number on every rank for the same call), so comparing
 the last number each rank reached finds it, as torch's own ``fr_trace`` analyzer does for NCCL dumps.
 
+A rank that never reached the default group's initialisation stalls its peers before any collective
+is numbered: they time out waiting for its key in the store, and the key names it
+(``rootcause_core.store_waits``). That stall is a position too (:func:`init_stall`): number 0 of
+the group, operation :data:`INIT_OP`, with the ranks the peers waited for in ``awaited``.
+
 A :class:`CollectivePosition` is the last collective one rank entered in one process group. A worker
 writes its positions into its error file when it fails, and into a probe file when the agent asks a
 live worker before tearing it down (``flytekitplugins_rootcause.worker.hang_probe``). Pure: used by
@@ -20,10 +25,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rootcause_core.roles import is_victim_message
+from rootcause_core.store_waits import DEFAULT_GROUP, read_store_wait
 
 #: Lower-case fragments of a collective that ran out of time (gloo: "Timed out waiting 3000ms for
 #: recv operation to complete"; NCCL watchdog: "Watchdog caught collective operation timeout").
 TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
+#: The operation of a stalled group initialisation (:func:`init_stall`).
+INIT_OP = "init_process_group"
+#: Awaited ranks kept from one entry at most (entries cross the store and error files: hostile input).
+_MAX_AWAITED = 64
 
 
 def _is_int(value: object) -> bool:
@@ -38,9 +48,18 @@ class CollectivePosition:
     seq: int
     op: str = ""
     entered_ns: int | None = None
+    #: A stalled initialisation only: the ranks whose store keys the peers waited for in vain.
+    awaited: tuple[int, ...] = ()
+
+    @property
+    def is_init(self) -> bool:
+        """The group's initialisation, not one of its collectives."""
+        return self.op == INIT_OP
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        value = dataclasses.asdict(self)
+        value["awaited"] = list(self.awaited)
+        return value
 
     @classmethod
     def from_json(cls, value: object) -> CollectivePosition | None:
@@ -52,12 +71,31 @@ class CollectivePosition:
             return None
         if entered is not None and not _is_int(entered):
             return None
-        return cls(pg=pg[:64], seq=seq, op=op[:64], entered_ns=entered)
+        awaited = value.get("awaited", [])
+        if not isinstance(awaited, list) or not all(_is_int(rank) and rank >= 0 for rank in awaited):
+            return None
+        return cls(pg=pg[:64], seq=seq, op=op[:64], entered_ns=entered, awaited=tuple(awaited[:_MAX_AWAITED]))
 
     def describe(self) -> str:
-        """``all_reduce #4 of process group 0`` (the backend prefix of torch's name dropped)."""
+        """``all_reduce #4 of process group 0`` (the backend prefix of torch's name dropped), or
+        ``the initialisation of process group 0`` for a stalled initialisation."""
+        if self.is_init:
+            return f"the initialisation of process group {self.pg}"
         name = self.op.split(":", 1)[-1] or "collective"
         return f"{name} #{self.seq} of process group {self.pg}"
+
+
+def init_stall(message: str, failed_ns: int | None) -> CollectivePosition | None:
+    """The default group's initialisation as a stalled position, when ``message`` is a peer's store
+    wait that timed out there (``store_waits``); entered when the wait began (its failure time less
+    the wait), if that time is known."""
+    wait = read_store_wait(message)
+    if wait is None:
+        return None
+    began = failed_ns - wait.waited_ms * 1_000_000 if failed_ns is not None else None
+    return CollectivePosition(
+        DEFAULT_GROUP, 0, INIT_OP, began if began is not None and began >= 0 else None, wait.awaited
+    )
 
 
 def positions_from_entries(entries: Iterable[Mapping[str, Any]]) -> list[CollectivePosition]:
@@ -108,9 +146,15 @@ def last_in_group(positions: Iterable[CollectivePosition], pg: str) -> Collectiv
     return max((position for position in positions if position.pg == pg), key=lambda p: p.seq, default=None)
 
 
-def entered(stalled: CollectivePosition, positions: Iterable[CollectivePosition]) -> bool | None:
-    """Whether a rank whose ``positions`` these are entered ``stalled``: ``False`` when its last
-    collective in that group has a lower number, ``None`` when it has none in that group (not a
-    member, or no Flight Recorder: the caller must look elsewhere, e.g. at its stack)."""
+def entered(
+    stalled: CollectivePosition, positions: Iterable[CollectivePosition], rank: int | None = None
+) -> bool | None:
+    """Whether the rank ``rank`` whose ``positions`` these are entered ``stalled``: ``False`` when
+    its peers waited for it in the stalled initialisation, or when its last collective in that
+    group has a lower number; ``None`` when it has none in that group (not a member, or no Flight
+    Recorder: the caller must look elsewhere, e.g. at its stack). A rank with any collective in the
+    group got past its initialisation (number 0)."""
+    if rank is not None and rank in stalled.awaited:
+        return False
     last = last_in_group(positions, stalled.pg)
     return None if last is None else last.seq >= stalled.seq

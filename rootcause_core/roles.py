@@ -3,7 +3,8 @@
 A *victim* failed because something else failed first: the agent tore it down (SIGTERM/SIGINT, or
 SIGKILL after the grace period), or one of its collectives failed because a peer process left
 (gloo/NCCL "connection closed/reset by peer", "remote process exited", an aborted communicator, a
-collective timeout, ``DistNetworkError``, a closed rendezvous). Everything else is a *candidate*.
+collective timeout, ``DistNetworkError``, a closed rendezvous, a process group that never formed
+because a peer never came: ``store_waits``). Everything else is a *candidate*.
 
 The same classifier serves the agent (exception types and signals at hand) and the backend reader
 (only the message text of an error document), so it is pure and lives in ``backend_reader``.
@@ -18,6 +19,7 @@ import signal
 from collections.abc import Iterable
 
 from rootcause_core.ordering import Role
+from rootcause_core.store_waits import awaits_peers
 
 #: Exception type names (any class in the MRO) that mean "a peer or the agent ended this worker".
 VICTIM_EXCEPTION_TYPES: frozenset[str] = frozenset(
@@ -108,7 +110,10 @@ def is_victim_message(message: str) -> bool:
     lowered = message.lower()
     if any(pattern in lowered for pattern in VICTIM_MESSAGE_PATTERNS):
         return True
-    return "gloo" in lowered and any(pattern in lowered for pattern in GLOO_VICTIM_PATTERNS)
+    if "gloo" in lowered and any(pattern in lowered for pattern in GLOO_VICTIM_PATTERNS):
+        return True
+    # the default group's store wait for peers' keys: the peers never came (``store_waits``)
+    return awaits_peers(message)
 
 
 def classify_role(

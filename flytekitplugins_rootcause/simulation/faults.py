@@ -3,7 +3,9 @@
 The training task (``simulation.training``) calls :func:`maybe_inject` once per step; the worker the
 fault names (pod name and local rank: the global rank a pod gets is decided by the rendezvous)
 then raises, dies by SIGKILL or SIGABRT, segfaults (a real invalid read, as a broken extension
-does), exits non-zero without a word (``os._exit``, as a C library's ``exit()``), or hangs.
+does), exits non-zero without a word (``os._exit``, as a C library's ``exit()``), or hangs; or,
+before the default process group forms (:data:`BEFORE_INIT`), never reaches it (a worker stuck loading
+data or a model, or on a hung mount).
 ``ordering`` makes a worker on another pod raise its own, independent error ``second_delay_s``
 after the first: the earlier one is the root cause even though both happen within the same
 wall-clock second. ``clock_offset_s`` runs the faulty pod's wall clock that far ahead of the
@@ -42,6 +44,11 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"
     ORDERING = "ordering"
     VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
+    INIT_HANG = "init-hang"  # the worker hangs before init_process_group: its peers wait for it there
+
+
+#: ``maybe_inject``'s step before the training task calls ``init_process_group``.
+BEFORE_INIT = -1
 
 
 #: ``Fault.pod`` value that means "whichever pod's agent hosts the rendezvous store" (which pod
@@ -123,9 +130,10 @@ def vanish_pod() -> None:
 
 
 def maybe_inject(step: int, pod: str, local_rank: int) -> None:
-    """Inject the configured fault if this worker and step are due."""
+    """Inject the configured fault if this worker and step are due (:data:`BEFORE_INIT`: an
+    ``INIT_HANG`` is due then, whatever its ``step``, and nothing else is)."""
     fault = Fault.from_env(os.environ.get(FAULT_VARIABLE))
-    if fault is None or step != fault.step:
+    if fault is None or step != (BEFORE_INIT if fault.kind == FaultKind.INIT_HANG else fault.step):
         return
     fault_file = _sim_dir() / FAULT_TIME_FILE
     first_error_pointer = _sim_dir() / FIRST_ERROR_FILE
@@ -147,7 +155,7 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             os._exit(3)
         if fault.kind == FaultKind.VANISH:
             vanish_pod()
-        if fault.kind == FaultKind.HANG:
+        if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):
             while True:
                 time.sleep(3600)
     if fault.kind == FaultKind.ORDERING and (pod, local_rank) == (fault.second_pod, fault.second_local_rank):

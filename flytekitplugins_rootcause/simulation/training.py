@@ -17,13 +17,16 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, maybe_inject
+from flytekitplugins_rootcause.simulation.faults import BEFORE_INIT, SIM_DIR_VARIABLE, maybe_inject
 from rootcause_core.worker_names import current_worker_name
 
 #: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
 COLLECTIVE_TIMEOUT_S = 20
 #: The collective timeout of the hung-rank tasks: short, so a hang surfaces in seconds.
 SHORT_COLLECTIVE_TIMEOUT_S = 3
+#: How long the test-only tasks' workers wait for each other to form the default group (they fork,
+#: so they reach it within moments of each other): short, so a rank that never comes surfaces fast.
+SHORT_INIT_TIMEOUT_S = 10
 RANKS_DIR = "ranks"
 
 
@@ -36,20 +39,25 @@ def _record_placement(rank: int, pod: str, local_rank: int) -> None:
         (path / str(rank)).write_text(f"{pod}\n{local_rank}")
 
 
-def run_training(steps: int, collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> float:
+def run_training(
+    steps: int, collective_timeout_s: float = COLLECTIVE_TIMEOUT_S, init_timeout_s: float = COLLECTIVE_TIMEOUT_S
+) -> float:
     """A few data-parallel steps: a small matmul and an all-reduce of the 'gradients'.
 
-    Set-up (the default group, the first barrier) waits up to :data:`COLLECTIVE_TIMEOUT_S` for the
-    slowest pod to start, whatever ``collective_timeout_s`` is: on a busy machine the pods start
+    Set-up (the default group, the first barrier) waits up to ``init_timeout_s`` for the slowest
+    worker to start, whatever ``collective_timeout_s`` is: on a busy machine spawned workers start
     seconds apart. A shorter ``collective_timeout_s`` applies to the training all-reduces only, in
     a group of their own (the Flight Recorder numbers its collectives from 1).
     """
-    dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    rank, pod, local_rank = dist.get_rank(), current_worker_name(), int(os.environ["LOCAL_RANK"])
+    # the agent gave each worker its rank: the placement is known before the group forms, and is
+    # recorded then, so a worker that never reaches the group is placed too
+    rank, pod, local_rank = int(os.environ["RANK"]), current_worker_name(), int(os.environ["LOCAL_RANK"])
     _record_placement(rank, pod, local_rank)
+    maybe_inject(BEFORE_INIT, pod, local_rank)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=init_timeout_s))
     dist.barrier()
     group = None
-    if collective_timeout_s != COLLECTIVE_TIMEOUT_S:
+    if collective_timeout_s != init_timeout_s:
         group = dist.new_group(timeout=timedelta(seconds=collective_timeout_s))
     weights = torch.ones(64, 64)
     loss = 0.0

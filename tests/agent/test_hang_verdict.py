@@ -21,6 +21,13 @@ IN_ALL_REDUCE = (
     '  File "/app/train.py", line 13 in step\n'
 )
 STALLED = CollectivePosition("0", 4, "gloo:all_reduce", 1_000)
+#: What a peer of rank 1 raises when rank 1 never reached ``init_process_group`` (gloo, the elastic agent's store).
+INIT_TIMEOUT = "DistStoreError: wait timeout after 3000ms, keys: /worker/attempt_0/default_pg/0//cpu//0/1"
+IN_INIT = (
+    'Current thread 0x1 (most recent call first):\n'
+    '  File "/venv/torch/distributed/distributed_c10d.py", line 1780 in init_process_group\n'
+    '  File "/app/train.py", line 5 in main\n'
+)
 TEARDOWN_NS = 5_000
 
 
@@ -44,7 +51,7 @@ def test_the_stalled_collective_comes_from_a_timed_out_worker_or_a_peer_pods_ann
 
 def test_a_rank_behind_the_stalled_collective_hung_since_it_entered_its_last_one() -> None:
     last = CollectivePosition("0", 3, "gloo:all_reduce", 700)
-    verdict = hang_verdict(_probe(SLEEPING, (last,)), STALLED)
+    verdict = hang_verdict(_probe(SLEEPING, (last,)), STALLED, 1)
     assert verdict is not None and verdict.last == last and verdict.last_progress_ns == 700
     assert "never entered all_reduce #4 of process group 0" in verdict.message()
     assert "its last was all_reduce #3 of process group 0" in verdict.message()
@@ -52,20 +59,20 @@ def test_a_rank_behind_the_stalled_collective_hung_since_it_entered_its_last_one
 
 
 def test_a_rank_that_entered_the_stalled_collective_did_not_hang_wherever_it_is_now() -> None:
-    assert hang_verdict(_probe(SLEEPING, (STALLED,)), STALLED) is None
+    assert hang_verdict(_probe(SLEEPING, (STALLED,)), STALLED, 1) is None
 
 
 def test_without_collectives_the_stacks_decide() -> None:
-    verdict = hang_verdict(_probe(SLEEPING, None), STALLED)
+    verdict = hang_verdict(_probe(SLEEPING, None), STALLED, 1)
     assert verdict is not None and verdict.last is None
     assert verdict.last_progress_ns == STALLED.entered_ns  # its peers were in the collective then; it was not
-    assert hang_verdict(_probe(IN_ALL_REDUCE, None), STALLED) is None
-    assert hang_verdict(_probe(IN_ALL_REDUCE, ()), STALLED) is None
+    assert hang_verdict(_probe(IN_ALL_REDUCE, None), STALLED, 1) is None
+    assert hang_verdict(_probe(IN_ALL_REDUCE, ()), STALLED, 1) is None
 
 
 def test_nothing_is_called_hung_without_a_stalled_collective_or_a_probe() -> None:
-    assert hang_verdict(_probe(SLEEPING, (CollectivePosition("0", 1),)), None) is None
-    assert hang_verdict(None, STALLED) is None
+    assert hang_verdict(_probe(SLEEPING, (CollectivePosition("0", 1),)), None, 1) is None
+    assert hang_verdict(None, STALLED, 1) is None
 
 
 def _evidence(local_rank: int, *, recorded: RecordedError | None, exit_ns: int, signal: int | None,
@@ -114,3 +121,47 @@ def test_a_hung_rank_that_records_the_teardown_s_signal_is_still_the_hung_root_c
     root, _ = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role, root.exception_type) == (1, Role.CANDIDATE, None)
     assert root.message.startswith("hung: ")
+
+
+def test_peers_that_timed_out_forming_the_group_name_the_rank_they_waited_for() -> None:
+    (stall,) = [stalled_collective([_recorded(INIT_TIMEOUT, at=4_000_000_000)])]
+    assert stall is not None and stall.is_init and stall.awaited == (1,)
+    assert stall.entered_ns == 1_000_000_000  # when its wait began: its failure less the 3000 ms it waited
+
+
+def test_the_rank_peers_waited_for_hung_wherever_it_is_stuck_and_even_without_an_answer() -> None:
+    stall = stalled_collective([_recorded(INIT_TIMEOUT, at=4_000_000_000)])
+    for probe in (_probe(SLEEPING, None), _probe(IN_INIT, None), None):
+        verdict = hang_verdict(probe, stall, 1)
+        assert verdict is not None and verdict.named and verdict.last_progress_ns == 1_000_000_000
+        assert "never entered the initialisation of process group 0" in verdict.message()
+        assert "waited for its key in the rendezvous store" in verdict.message()
+    assert "did not answer the agent's probe" in hang_verdict(None, stall, 1).message()
+    assert hang_verdict(None, stall, 1).stacks_text() == ""
+
+
+def test_other_ranks_of_a_stalled_initialisation_are_judged_by_their_stacks() -> None:
+    """gloo names the first missing key only: a second rank that never came is found by its stacks."""
+    stall = stalled_collective([_recorded(INIT_TIMEOUT, at=4_000_000_000)])
+    assert hang_verdict(_probe(SLEEPING, None), stall, 3) is not None
+    assert hang_verdict(_probe(IN_INIT, None), stall, 2) is None  # waiting in the initialisation itself
+    assert hang_verdict(None, stall, 2) is None
+    # a rank with a collective in the default group got past its initialisation
+    assert hang_verdict(_probe(SLEEPING, (CollectivePosition("0", 1),)), stall, 3) is None
+
+
+def test_in_a_pod_the_rank_that_never_formed_the_group_is_the_root_cause_and_its_peer_a_victim() -> None:
+    timed_out = _evidence(0, recorded=_recorded(INIT_TIMEOUT, at=4_000_000_000), exit_ns=4_100_000_000, signal=None)
+    hung = _evidence(1, recorded=None, exit_ns=4_300_000_000, signal=15, probe=_probe(IN_INIT, None))
+    root, victim = rank_failures([timed_out, hung], teardown_ns=4_200_000_000, worker="pod-0", host="h")
+    assert (root.global_rank, root.role, root.time_source, root.timestamp_ns) == (
+        1, Role.CANDIDATE, TimeSource.LAST_PROGRESS, 1_000_000_000)
+    assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
+
+
+def test_a_pod_told_of_a_stalled_initialisation_names_its_rank_the_peers_waited_for() -> None:
+    stall = stalled_collective([_recorded(INIT_TIMEOUT, at=4_000_000_000)])
+    alone = dataclasses.replace(_evidence(0, recorded=None, exit_ns=5_300, signal=15),
+                                launched=LaunchedWorker(0, 0, 1, 1, 100, "/tmp/0/error.json"))
+    (root,) = rank_failures([alone], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(stall,))
+    assert (root.global_rank, root.role, root.timestamp_ns) == (1, Role.CANDIDATE, 1_000_000_000)

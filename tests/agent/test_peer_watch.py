@@ -18,7 +18,7 @@ from torch.distributed import TCPStore
 
 from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
 from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
-from rootcause_core.collectives import CollectivePosition
+from rootcause_core.collectives import INIT_OP, CollectivePosition
 from rootcause_core.testimony import LostPeer, Member
 
 INTERVAL_S = 0.05
@@ -159,6 +159,10 @@ def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_
         assert pods[0].announced_stalls() == (stalled,) and pods[2].announced_stalls() == ()
         pods[1].announce_failure()  # a failure with no timeout announces no collective
         assert pods[0].announced_stalls() == (stalled,)
+        # a stalled initialisation travels with the ranks its peers waited for
+        init = CollectivePosition("0", 0, INIT_OP, 99, (1,))
+        pods[1].announce_failure(init)
+        assert pods[0].announced_stalls() == (init, stalled)
     finally:
         for pod in pods:
             pod.stop()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rootcause_core.collectives import (
+    INIT_OP,
     CollectivePosition,
     entered,
+    init_stall,
     is_collective_timeout,
     is_timeout_message,
     positions_from_entries,
@@ -78,3 +80,22 @@ def test_only_a_collective_s_timeout_counts_not_a_user_s_own() -> None:
     assert is_collective_timeout("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4)")
     assert not is_collective_timeout("TimeoutError: the data loader timed out")
     assert not is_collective_timeout("RuntimeError: gloo: Connection closed by peer")
+
+
+def test_a_stalled_initialisation_round_trips_through_json_with_the_ranks_awaited() -> None:
+    stall = init_stall("DistStoreError: wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2", 30_000_000_000)
+    assert stall == CollectivePosition("0", 0, INIT_OP, 10_000_000_000, (2,))
+    assert stall.is_init and stall.describe() == "the initialisation of process group 0"
+    assert positions_from_json([stall.to_json()]) == [stall]
+    for awaited in ("2", [2, "3"], [-1], [True]):
+        assert positions_from_json([{**stall.to_json(), "awaited": awaited}]) == []
+    unstamped = init_stall("DistStoreError: wait timeout after 20000ms, keys: /default_pg/0//cpu//0/2", None)
+    assert unstamped is not None and unstamped.entered_ns is None
+    assert init_stall("ValueError: bad batch", 1) is None
+
+
+def test_the_rank_awaited_in_a_stalled_initialisation_never_entered_it_and_the_others_are_unknown() -> None:
+    stall = CollectivePosition("0", 0, INIT_OP, 100, (2,))
+    assert entered(stall, [], 2) is False
+    assert entered(stall, [], 1) is None  # its stacks must tell
+    assert entered(stall, [CollectivePosition("0", 1)], 1) is True  # past the initialisation

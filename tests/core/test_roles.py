@@ -21,6 +21,7 @@ from rootcause_core.roles import classify_role, rank_from_report, role_from_mark
         "RendezvousClosedError: rendezvous is closed",
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Write error [127.0.0.1]:1: Broken pipe",
         "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 20000ms for recv operation",
+        "torch.distributed.DistStoreError: wait timeout after 20000ms, keys: /worker/attempt_0/default_pg/0//cpu//0/3",
     ],
 )
 def test_peer_loss_messages_are_victims(message: str) -> None:
@@ -36,6 +37,8 @@ def test_peer_loss_messages_are_victims(message: str) -> None:
         "",
         "BrokenPipeError: [Errno 32] Broken pipe",
         "TimeoutError: timed out waiting for the dataset server",
+        # a store wait for the user's own keys names no peer of the process group
+        "torch.distributed.DistStoreError: wait timeout after 5000ms, keys: /dataset/ready",
     ],
 )
 def test_own_errors_are_candidates(message: str) -> None:

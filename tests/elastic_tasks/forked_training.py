@@ -13,7 +13,11 @@ from __future__ import annotations
 from flytekit import task
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.training import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from flytekitplugins_rootcause.simulation.training import (
+    SHORT_COLLECTIVE_TIMEOUT_S,
+    SHORT_INIT_TIMEOUT_S,
+    run_training,
+)
 from tests.start_method import START_METHOD
 
 
@@ -40,3 +44,16 @@ def forked_train_2x2_short_timeout(steps: int = 8) -> float:
 @task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1, start_method=START_METHOD))
 def forked_train_3x1_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+# A rank that never reaches init_process_group: its peers wait SHORT_INIT_TIMEOUT_S for it there.
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2, start_method=START_METHOD))
+def forked_train_2x2_short_init(steps: int = 8) -> float:
+    return run_training(steps, SHORT_INIT_TIMEOUT_S, SHORT_INIT_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1, start_method=START_METHOD))
+def forked_train_3x1_short_init(steps: int = 8) -> float:
+    return run_training(steps, SHORT_INIT_TIMEOUT_S, SHORT_INIT_TIMEOUT_S)

@@ -35,8 +35,10 @@ from testbed.object_stores import ObjectStore
 from tests.elastic_tasks.forked_training import (
     forked_train_2x1,
     forked_train_2x2,
+    forked_train_2x2_short_init,
     forked_train_2x2_short_timeout,
     forked_train_3x1,
+    forked_train_3x1_short_init,
     forked_train_3x1_short_timeout,
 )
 from tests.timestamps import assert_sub_second
@@ -167,6 +169,38 @@ def test_a_rank_that_hangs_is_named_with_its_stack_by_both_readers(
     assert root.message.startswith(f"[root cause] rank {result.injected_rank} ") and " hung: " in root.message, logs
     assert "never entered all_reduce #" in root.message and "in maybe_inject" in root.message, logs  # its stack
     assert others and all(f.role == Role.VICTIM for f in others), logs
+    assert {f.worker for f in read.failures} == {f"train-worker-{i}" for i in range(nnodes)}, logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
+    assert console.message.startswith(f"[root cause] rank {result.injected_rank} "), f"Go rule: {console}"
+
+
+@pytest.mark.parametrize(
+    ("task", "nnodes", "nproc_per_node", "pod"),
+    [(forked_train_2x2_short_init, 2, 2, "train-worker-1"), (forked_train_3x1_short_init, 3, 1, STORE_HOST_POD)],
+    ids=["2x2-beside-a-peer", "3x1-alone-in-the-store-host"],
+)
+def test_a_rank_that_never_reaches_init_process_group_is_named_by_the_peers_that_waited_for_it(
+    task: PythonTask, nnodes: int, nproc_per_node: int, pod: str, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """One rank sleeps before ``init_process_group`` (a data download, a hung mount); every peer
+    waits for its key in the store and fails with ``DistStoreError: wait timeout ... keys: .../<rank>``.
+    The key names it: '[root cause] ... hung', never entered the initialisation, for both readers;
+    every peer's timeout is a victim's. Alone in the store-host pod (3x1), the other pods'
+    announcements end it and tell its agent which rank they waited for."""
+    fault = Fault(FaultKind.INIT_HANG, pod=pod, local_rank=nproc_per_node - 1)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, task, nnodes, nproc_per_node)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
+    assert not read.skipped, read.skipped
+    root, *others = read.failures
+    assert (root.worker, root.global_rank, root.role) == (result.injected_worker, result.injected_rank,
+                                                          Role.CANDIDATE), logs
+    assert root.message.startswith(f"[root cause] rank {result.injected_rank} ") and " hung: " in root.message, logs
+    assert "never entered the initialisation of process group 0" in root.message, logs
+    assert "in maybe_inject" in root.message, logs  # its stack, where it was stuck
+    assert others and all(f.role == Role.VICTIM for f in others), logs
+    assert any("wait timeout after" in f.message for f in others), logs  # the peers' own errors are kept
     assert {f.worker for f in read.failures} == {f"train-worker-{i}" for i in range(nnodes)}, logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
     assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"

@@ -15,6 +15,11 @@ by its stacks: no thread inside a ``torch.distributed`` call means it was not wa
 collective while its peers timed out in one. Without a stalled collective nothing is called hung:
 a rank busy in its own code while a peer *raised* is an ordinary victim.
 
+A stall can also come before any collective: peers that timed out forming the default group name,
+in their store-wait error, the rank whose key never came (``rootcause_core.store_waits``). That rank
+is hung whatever its stacks show (it may be stuck in native code, or inside
+``init_process_group`` before it published its key) and whether or not it answered the probe.
+
 Pure: the inputs come from ``selection.WorkerEvidence``.
 """
 
@@ -28,6 +33,7 @@ from flytekitplugins_rootcause.worker.recorder import RecordedError
 from rootcause_core.collectives import (
     CollectivePosition,
     entered,
+    init_stall,
     is_collective_timeout,
     last_in_group,
     timed_out_in,
@@ -45,43 +51,75 @@ class HangVerdict:
     #: stalled collective's time (its peers were in it, it was not); else when it was probed.
     last_progress_ns: int
 
+    named: bool = False  # its peers named it: they waited for its store key in the stalled initialisation
+
     def message(self) -> str:
-        where = (
-            f"its last was {self.last.describe()}"
-            if self.last is not None
-            else "no collective of its own was recorded; its stacks show it outside any torch.distributed call"
+        if self.named:
+            where = "its peers waited for its key in the rendezvous store"
+        elif self.last is not None:
+            where = f"its last was {self.last.describe()}"
+        else:
+            where = "no collective of its own was recorded; its stacks show it outside any torch.distributed call"
+        stacks = (
+            "Its Python stacks when probed are below: check the code they point to"
+            if self.stacks
+            else "It did not answer the agent's probe: check its logs for where it stopped"
         )
         return (
             f"hung: it never entered {self.stalled.describe()}, in which its peers timed out ({where}); "
-            "ended by the agent. Its Python stacks when probed are below: check the code they point to "
-            "(a data loader, a deadlock, a GPU kernel that never returned)"
+            f"ended by the agent. {stacks} (a data loader, a deadlock, a GPU kernel that never returned)"
         )
 
     def stacks_text(self) -> str:
+        if not self.stacks:
+            return ""
         return "Python stacks of every thread of the hung worker when the agent probed it:\n" + self.stacks
 
 
 def stalled_collective(
     recorded: Iterable[RecordedError | None], announced: Iterable[CollectivePosition] = ()
 ) -> CollectivePosition | None:
-    """The collective peers timed out in: from this pod's timed-out workers, else a peer pod's announcement."""
+    """The collective (or initialisation) peers timed out in: from this pod's timed-out workers, else
+    a peer pod's announcement."""
     local = [
         position
         for error in recorded
         if error is not None and is_collective_timeout(error.message)
-        if (position := timed_out_in(error.collectives)) is not None
+        if (position := _stall_of(error)) is not None
     ]
     return timed_out_in([*local, *announced])
 
 
-def hang_verdict(probe: ProbeAnswer | None, stalled: CollectivePosition | None) -> HangVerdict | None:
-    """The verdict on one worker that was alive at teardown, or ``None`` when it did not hang."""
-    if probe is None or stalled is None:
+def _stall_of(error: RecordedError) -> CollectivePosition | None:
+    """Where one timed-out worker was stuck: the default group's initialisation when its store wait
+    names the peers it waited for, else its last collective."""
+    return init_stall(error.message, error.timestamp_ns) or timed_out_in(error.collectives)
+
+
+def hang_verdict(
+    probe: ProbeAnswer | None, stalled: CollectivePosition | None, rank: int | None
+) -> HangVerdict | None:
+    """The verdict on worker ``rank`` (global), alive at teardown, or ``None`` when it did not hang."""
+    if stalled is None:
         return None
-    known = entered(stalled, probe.collectives or ())
-    if (probe.in_collective if known is None else known):  # it was waiting in a collective, or entered it
+    named = rank in stalled.awaited
+    if probe is None and not named:
         return None
-    last = last_in_group(probe.collectives or (), stalled.pg)
-    candidates = (last.entered_ns if last is not None else None, stalled.entered_ns, probe.asked_ns)
-    progress = next(ns for ns in candidates if ns is not None)
-    return HangVerdict(stalled=stalled, last=last, stacks=probe.stacks, last_progress_ns=progress)
+    collectives = (probe.collectives or ()) if probe is not None else ()
+    known = entered(stalled, collectives, rank)
+    in_collective = probe is not None and probe.in_collective
+    if (in_collective if known is None else known):  # it was waiting in a collective, or entered it
+        return None
+    last = last_in_group(collectives, stalled.pg)
+    candidates = (
+        last.entered_ns if last is not None else None,
+        stalled.entered_ns,
+        probe.asked_ns if probe is not None else None,
+    )
+    progress = next((ns for ns in candidates if ns is not None), None)
+    if progress is None:
+        return None  # nothing says when it stopped: left a victim rather than stamped at an invented time
+    return HangVerdict(
+        stalled=stalled, last=last, stacks=probe.stacks if probe is not None else "", last_progress_ns=progress,
+        named=named,
+    )

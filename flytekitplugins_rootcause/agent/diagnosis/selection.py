@@ -152,7 +152,7 @@ def build_failure(
         attempt=launched.attempt,
     )
     # a worker that failed on its own before the teardown is no hung one, whatever it answered
-    hang = None if failed_before_teardown else hang_verdict(evidence.probe, stalled)
+    hang = None if failed_before_teardown else hang_verdict(evidence.probe, stalled, launched.global_rank)
     return failure if hang is None else _as_hung(failure, hang)
 
 

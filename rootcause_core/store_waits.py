@@ -1,0 +1,72 @@
+"""Read a store-wait timeout: which ranks a worker waited for when its process group failed to form.
+
+Why: a rank that never reaches ``init_process_group`` (stuck loading data or a model, on a hung
+mount, in a deadlock before training) raises nothing. Its peers do reach it and, with gloo, each
+publishes its address under a key of its own in the rendezvous store and waits for every other
+rank's; after the group's timeout they fail with torch's ``DistStoreError``::
+
+    wait timeout after 20000ms, keys: /worker/attempt_0/default_pg/0//cpu//0/1
+
+Those are victims' errors, and the key names the rank they waited for: the one that never came.
+The key is built by torch and gloo (``distributed_c10d``: a ``PrefixStore`` per group name, one per
+device type; ``ProcessGroupGloo``: one per gloo context; gloo's full mesh: the rank), so its tail
+is ``<group>//<device>//<context>/<rank>`` under whatever prefixes the store had. Only the default
+group (named ``"0"``, again after ``destroy_process_group``) is read: its ranks are global ranks,
+while a later group's ranks are its own and the key does not say how they map.
+
+gloo waits for the keys one by one, so a peer names the *first* rank it is missing; with several
+ranks missing, each is named by some peer or found by the probe (``hang`` in the agent).
+
+NCCL publishes one ``ncclUniqueId`` per communicator (rank 0 of the group sets it, the others wait,
+key ``<group>//cuda//<counter>``) and connects inside NCCL, so its keys name no rank and are not read
+here. Pure: shared by the agent (the hung-rank verdict) and the reader (victims told apart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+#: One store key as torch writes it: printable ASCII, no space or comma (hostile bytes end it).
+_KEY = r"[!-+\--~]{1,512}"
+#: torch's ``TCPStore`` message for a ``wait`` (or ``get``) that ran out of time: "keys: a, b".
+_WAIT_TIMEOUT_RE = re.compile(rf"wait timeout after (\d{{1,12}})ms, keys: ({_KEY}(?:, {_KEY}){{0,255}})")
+#: The tail of a gloo full-mesh key: ``<group>//<device>//<context>/<rank>``.
+_GLOO_KEY_RE = re.compile(r"(?:^|/)([^/]{1,64})//([a-z]{1,16})//(\d{1,6})/(\d{1,9})$")
+#: The name torch gives the default process group (its first group; counted again from 0 after
+#: ``destroy_process_group()``).
+DEFAULT_GROUP = "0"
+#: Ranks read from one message at most (a message is hostile input until parsed).
+_MAX_RANKS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreWait:
+    """A store wait that timed out while the default process group formed."""
+
+    waited_ms: int
+    awaited: tuple[int, ...]  # global ranks whose keys never came, in the order the message names them
+
+
+def read_store_wait(message: str) -> StoreWait | None:
+    """The ranks of the default group a failed worker waited for, or ``None`` when ``message`` is no
+    such timeout (any other store error, another group's keys, a user's own keys)."""
+    match = _WAIT_TIMEOUT_RE.search(message)
+    if match is None:
+        return None
+    awaited: list[int] = []
+    for key in match.group(2).split(", "):
+        key_match = _GLOO_KEY_RE.search(key)
+        if key_match is None or key_match.group(1) != DEFAULT_GROUP:
+            continue
+        rank = int(key_match.group(4))
+        if rank not in awaited:
+            awaited.append(rank)
+        if len(awaited) >= _MAX_RANKS:
+            break
+    return StoreWait(int(match.group(1)), tuple(awaited)) if awaited else None
+
+
+def awaits_peers(message: str) -> bool:
+    """True when ``message`` is a process group's store wait for peers that never came: a victim's."""
+    return read_store_wait(message) is not None
