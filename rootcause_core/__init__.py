@@ -15,4 +15,8 @@ imported by the plugin for the same definitions. Each item has exactly one home 
 - :mod:`rootcause_core.timeline`: failures as offsets from the root cause.
 - :mod:`rootcause_core.testimony`: what a pod says about its failure beyond ``ContainerError``'s
   fields (its true time when a victim's stamp is moved for Flyte's earliest-timestamp rule).
+- :mod:`rootcause_core.collectives`: where a rank stood in its collectives, and whether it entered
+  the one its peers timed out in (the hung-rank rule);
+- :mod:`rootcause_core.store_waits`: the ranks a peer's store-wait timeout names when the default
+  process group never formed.
 """
