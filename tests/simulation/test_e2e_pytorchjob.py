@@ -26,6 +26,7 @@ import pytest
 from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
+from backend_reader.documents import FailureRecord
 from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
@@ -158,21 +159,9 @@ def test_a_rank_that_hangs_is_named_with_its_stack_by_both_readers(
     agent probes it before the teardown (its stack, its last collective): it is the root cause,
     '[root cause] ... hung', and every timed-out peer a victim. Alone in its pod (3x1), nothing local
     fails: the other pods' failure announcements end it."""
-    fault = Fault(FaultKind.HANG, pod=pod, local_rank=nproc_per_node - 1)
-    result = _run(StoreAccess(file_store.root), fault, tmp_path, task, nnodes, nproc_per_node)
-    logs = f"pod logs in {result.sim_dir}"
-    read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
-    assert not read.skipped, read.skipped
-    root, *others = read.failures
-    assert (root.worker, root.global_rank, root.role) == (result.injected_worker, result.injected_rank,
-                                                          Role.CANDIDATE), logs
-    assert root.message.startswith(f"[root cause] rank {result.injected_rank} ") and " hung: " in root.message, logs
-    assert "never entered all_reduce #" in root.message and "in maybe_inject" in root.message, logs  # its stack
-    assert others and all(f.role == Role.VICTIM for f in others), logs
-    assert {f.worker for f in read.failures} == {f"train-worker-{i}" for i in range(nnodes)}, logs
-    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
-    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
-    assert console.message.startswith(f"[root cause] rank {result.injected_rank} "), f"Go rule: {console}"
+    result = _run(StoreAccess(file_store.root), Fault(FaultKind.HANG, pod=pod, local_rank=nproc_per_node - 1),
+                  tmp_path, task, nnodes, nproc_per_node)
+    _assert_hung_rank_named(result, nnodes, "never entered all_reduce #")
 
 
 @pytest.mark.parametrize(
@@ -188,8 +177,15 @@ def test_a_rank_that_never_reaches_init_process_group_is_named_by_the_peers_that
     The key names it: '[root cause] ... hung', never entered the initialisation, for both readers;
     every peer's timeout is a victim's. Alone in the store-host pod (3x1), the other pods'
     announcements end it and tell its agent which rank they waited for."""
-    fault = Fault(FaultKind.INIT_HANG, pod=pod, local_rank=nproc_per_node - 1)
-    result = _run(StoreAccess(file_store.root), fault, tmp_path, task, nnodes, nproc_per_node)
+    result = _run(StoreAccess(file_store.root), Fault(FaultKind.INIT_HANG, pod=pod, local_rank=nproc_per_node - 1),
+                  tmp_path, task, nnodes, nproc_per_node)
+    others = _assert_hung_rank_named(result, nnodes, "never entered the initialisation of process group 0")
+    assert any("wait timeout after" in f.message for f in others), result.sim_dir  # the peers' own errors kept
+
+
+def _assert_hung_rank_named(result: JobResult, nnodes: int, never_entered: str) -> list[FailureRecord]:
+    """Both readers name the injected rank '[root cause] ... hung' with its stack (stuck in
+    ``maybe_inject``), every other failure is a victim's, every pod wrote; the victims are returned."""
     logs = f"pod logs in {result.sim_dir}"
     read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
     assert not read.skipped, read.skipped
@@ -197,11 +193,10 @@ def test_a_rank_that_never_reaches_init_process_group_is_named_by_the_peers_that
     assert (root.worker, root.global_rank, root.role) == (result.injected_worker, result.injected_rank,
                                                           Role.CANDIDATE), logs
     assert root.message.startswith(f"[root cause] rank {result.injected_rank} ") and " hung: " in root.message, logs
-    assert "never entered the initialisation of process group 0" in root.message, logs
-    assert "in maybe_inject" in root.message, logs  # its stack, where it was stuck
+    assert never_entered in root.message and "in maybe_inject" in root.message, logs  # its stack
     assert others and all(f.role == Role.VICTIM for f in others), logs
-    assert any("wait timeout after" in f.message for f in others), logs  # the peers' own errors are kept
     assert {f.worker for f in read.failures} == {f"train-worker-{i}" for i in range(nnodes)}, logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
     assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
     assert console.message.startswith(f"[root cause] rank {result.injected_rank} "), f"Go rule: {console}"
+    return others
