@@ -18,7 +18,9 @@ a rank busy in its own code while a peer *raised* is an ordinary victim.
 A stall can also come before any collective: peers that timed out forming the default group name,
 in their store-wait error, the rank whose key never came (``rootcause_core.store_waits``). That rank
 is hung whatever its stacks show (it may be stuck in native code, or inside
-``init_process_group`` before it published its key) and whether or not it answered the probe.
+``init_process_group`` before it published its key) and whether or not it answered the probe. No
+other rank is judged by its stacks against such a stall: one outside ``torch.distributed`` may be
+waiting on purpose (a soft restart's paused worker waits there for its next world).
 
 Pure: the inputs come from ``selection.WorkerEvidence``.
 """
@@ -103,7 +105,9 @@ def hang_verdict(
     if stalled is None:
         return None
     named = rank in stalled.awaited
-    if probe is None and not named:
+    if not named and (probe is None or stalled.is_init):
+        # a stalled initialisation accuses only the ranks its peers named: another rank outside
+        # torch.distributed may be waiting on purpose (a soft restart's paused worker waits for its world)
         return None
     collectives = (probe.collectives or ()) if probe is not None else ()
     known = entered(stalled, collectives, rank)
