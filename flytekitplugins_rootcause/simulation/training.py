@@ -26,7 +26,7 @@ COLLECTIVE_TIMEOUT_S = 20
 SHORT_COLLECTIVE_TIMEOUT_S = 3
 #: How long the test-only tasks' workers wait for each other to form the default group (they fork,
 #: so they reach it within moments of each other): short, so a rank that never comes surfaces fast.
-SHORT_INIT_TIMEOUT_S = 10
+SHORT_INIT_TIMEOUT_S = 15
 RANKS_DIR = "ranks"
 
 
