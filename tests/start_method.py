@@ -16,13 +16,16 @@ launch test (``scenarios.rank_raises``): a spawned survivor dies of the teardown
 forked one runs the handler it inherited from the agent and exits 1 with torch's
 ``SignalException``; both are victims.
 
-Known hazard, not solved: under heavy load a forked worker of the pod that hosts the rendezvous
-store has, a few times, never returned from creating its TCPStore client (``_create_c10d_store``,
-or ``WorkerInfo.get_pg_parameters`` under soft restarts): stuck in native code, deaf to SIGTERM, its
-peers time out waiting for its key and the report names it ``hung`` with that stack. A child forked
-from a process with threads (torch's store server and keep-alive run in the agent) can inherit a
-lock held at the fork; which lock was not found (no native stack was caught). Spawned workers do not
-share the risk; the soft-restart tests depend on forked workers' start-up time.
+Known hazard, not solved: under load a forked worker of the pod that hosts the rendezvous store
+has, a few times, never returned from creating its TCPStore client (``_create_c10d_store``, or
+``WorkerInfo.get_pg_parameters`` under soft restarts): deaf to SIGTERM, its peers time out waiting
+for its key, and the report names it ``hung`` with that stack. Its native stack (py-spy --native):
+``TCPStore::TCPStore -> Socket::connect -> getaddrinfo -> __resolv_context_get ->
+__lll_lock_wait_private``, a futex wait on glibc's resolver lock, which a thread of the agent held at
+the fork (most likely torch's store server, which reverse-resolves every peer it accepts on its loop
+thread) and which no thread of the child will ever release. Spawned workers do not share the risk; the
+soft-restart tests depend on forked workers' start-up time, and spawning every multi-pod test's
+workers costs more suite time than the budget has.
 """
 
 from __future__ import annotations
