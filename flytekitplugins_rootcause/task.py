@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -59,6 +60,7 @@ from flytekitplugins_rootcause.agent.soft_restart_agent import (
     history_note,
     history_rows,
 )
+from flytekitplugins_rootcause.agent.store_keeper import stores_kept
 from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
@@ -128,6 +130,7 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
         settings = watchdog_settings(self.task_config)
         peers = PeerWatch(current_worker_name(), hosts_store=this_agent_hosts_rendezvous)
         with (
+            self._stores_kept(),
             task_function_swapped(self, recording),
             DeathWatcher() as watcher,
             tempfile.TemporaryDirectory(prefix="rootcause-soft-restart-") as channel_dir,
@@ -169,6 +172,18 @@ class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
                 raise error from None
             finally:
                 peers.stop()
+
+    def _stores_kept(self) -> contextlib.AbstractContextManager[Any]:
+        """Forked workers: the stores torch would serve from this agent run in keepers (see :mod:`store_keeper`).
+
+        Entered first, before the launch starts any thread; the endpoint is the one kfpytorch gives torch.
+        """
+        return stores_kept(
+            self.task_config.start_method,
+            self.rdzv_backend,
+            os.environ.get("PET_RDZV_ENDPOINT", "localhost:0"),
+            self.task_config.rdzv_configs,
+        )
 
     def _soft_restart_session(self, observer: LaunchObserver, channel_dir: str) -> SoftRestartSession | None:
         """What the soft-restart loop needs from this launch; ``None`` under torch's hard restarts."""

@@ -16,16 +16,14 @@ launch test (``scenarios.rank_raises``): a spawned survivor dies of the teardown
 forked one runs the handler it inherited from the agent and exits 1 with torch's
 ``SignalException``; both are victims.
 
-Known hazard, not solved: under load a forked worker of the pod that hosts the rendezvous store
-has, a few times, never returned from creating its TCPStore client (``_create_c10d_store``, or
-``WorkerInfo.get_pg_parameters`` under soft restarts): deaf to SIGTERM, its peers time out waiting
-for its key, and the report names it ``hung`` with that stack. Its native stack (py-spy --native):
+A hazard seen under load, now closed: a forked worker of the pod that hosts the rendezvous store
+a few times never returned from creating its TCPStore client (``_create_c10d_store``, or
+``WorkerInfo.get_pg_parameters`` under soft restarts). Its native stack (py-spy --native):
 ``TCPStore::TCPStore -> Socket::connect -> getaddrinfo -> __resolv_context_get ->
-__lll_lock_wait_private``, a futex wait on glibc's resolver lock, which a thread of the agent held at
-the fork (most likely torch's store server, which reverse-resolves every peer it accepts on its loop
-thread) and which no thread of the child will ever release. Spawned workers do not share the risk; the
-soft-restart tests depend on forked workers' start-up time, and spawning every multi-pod test's
-workers costs more suite time than the budget has.
+__lll_lock_wait_private``, a futex wait on glibc's resolver lock, which torch's store server (a
+thread of that agent, reverse-resolving every peer it accepts) held at the fork. With ``fork`` the
+store now runs in a keeper process (``flytekitplugins_rootcause/agent/store_keeper.py``), so the
+agent that forks has no store thread; ``tests/agent/test_store_keeper.py`` checks that.
 """
 
 from __future__ import annotations

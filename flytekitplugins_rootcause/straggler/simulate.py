@@ -185,37 +185,42 @@ def _agent_main(spec_path: str, index: int, port: int, run_id: str, workdir: str
     _say(f"agent {index} started")
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from flytekitplugins_rootcause.agent.store_keeper import stores_kept
+
     cluster: SimulatedCluster = pickle.loads(Path(spec_path).read_bytes())
     if cluster.cpus is not None:
         os.sched_setaffinity(0, cluster.cpus)  # before torch starts a thread or a worker: all inherit it
+    endpoint = f"127.0.0.1:{port}"
     nnodes = cluster.nnodes or str(cluster.nodes)
     low, _, high = nnodes.partition(":")
-    config = LaunchConfig(
-        min_nodes=int(low),
-        max_nodes=int(high or low),
-        nproc_per_node=cluster.nproc_per_node,
-        run_id=run_id,
-        rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{port}",
-        rdzv_configs={
-            "join_timeout": 120,
-            "last_call_timeout": cluster.last_call_timeout_s,
-            "read_timeout": 120,
-            # agent 0 hosts the rendezvous store (as worker 0 does in a PyTorchJob), not whichever
-            # agent binds the port first
-            "is_host": index == 0,
-        },
-        max_restarts=cluster.max_restarts,
-        monitor_interval=0.2,
-        start_method=cluster.start_method,
-    )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    try:
-        elastic_launch(config, _worker)(cluster, index, workdir)
-    except SignalException as exc:  # what kfpytorch turns into IgnoreOutputs: this pod left the job
-        _say(f"agent {index} stopped by {exc.sigval.name}: left the job")
-        return LEFT_EXIT_CODE
+    # agent 0 hosts the rendezvous store (as worker 0 does in a PyTorchJob), not whichever agent binds
+    # the port first: the others say is_host=False, and agent 0 either keeps it in a keeper process
+    # (forked workers) or says is_host=True
+    with stores_kept(cluster.start_method, "c10d", endpoint if index == 0 else None, {"read_timeout": 120}) as kept:
+        config = LaunchConfig(
+            min_nodes=int(low),
+            max_nodes=int(high or low),
+            nproc_per_node=cluster.nproc_per_node,
+            run_id=run_id,
+            rdzv_backend="c10d",
+            rdzv_endpoint=endpoint,
+            rdzv_configs={
+                "join_timeout": 120,
+                "last_call_timeout": cluster.last_call_timeout_s,
+                "read_timeout": 120,
+                "is_host": index == 0 and (kept is None or kept.rendezvous is None),
+            },
+            max_restarts=cluster.max_restarts,
+            monitor_interval=0.2,
+            start_method=cluster.start_method,
+        )
+        try:
+            elastic_launch(config, _worker)(cluster, index, workdir)
+        except SignalException as exc:  # what kfpytorch turns into IgnoreOutputs: this pod left the job
+            _say(f"agent {index} stopped by {exc.sigval.name}: left the job")
+            return LEFT_EXIT_CODE
     _say(f"agent {index} done")
     return 0
 

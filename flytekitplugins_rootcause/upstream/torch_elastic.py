@@ -43,6 +43,8 @@ _AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 _WORKER_API = "torch.distributed.elastic.agent.server.api"
 _API = "torch.distributed.elastic.multiprocessing.api"
 _SPAWN = "torch.multiprocessing.spawn"
+_RDZV_UTILS = "torch.distributed.elastic.rendezvous.utils"
+_DYNAMIC_RDZV = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 
 
 def torch_symbol(module: str, path: str, why: str, *, instance_attribute: bool = False) -> Symbol:
@@ -52,6 +54,16 @@ def torch_symbol(module: str, path: str, why: str, *, instance_attribute: bool =
 
 _torch = torch_symbol
 
+
+_MATCHES_HOST = _torch(
+    _RDZV_UTILS, "_matches_machine_hostname", "calls, to tell whether torch would host the store here"
+)
+
+_BOOTSTRAP_SERVER = _torch(
+    _DYNAMIC_RDZV,
+    "DynamicRendezvousHandler._create_tcp_store_server",
+    "replaces for a launch, to create the workers' shared store elsewhere than on an agent thread",
+)
 
 SYMBOLS: tuple[Symbol, ...] = (
     _torch(_AGENT, "start_processes", "replaces for a launch, to observe every worker torch starts"),
@@ -99,12 +111,48 @@ SYMBOLS: tuple[Symbol, ...] = (
     ),
     _torch(_SPAWN, "ProcessContext.processes", "reads, for worker pids and exit codes", instance_attribute=True),
     _torch(_SPAWN, "ProcessExitedException", "raises, for failures torch's join would miss"),
+    _MATCHES_HOST,
+    _BOOTSTRAP_SERVER,
 )
 
 
 def _check() -> None:
     """This module's symbols, and the workers' (:mod:`.torch_worker`): checked before any worker starts."""
     require(SYMBOLS + torch_worker.SYMBOLS)
+
+
+def endpoint_is_this_machine(host: str) -> bool:
+    """Whether torch's c10d rendezvous would try to host its store here for endpoint host ``host``.
+
+    torch's own test (the host is ``localhost``, a loopback address, or one of this machine's names
+    and addresses), so the agent's decision never differs from torch's.
+    """
+    require((_MATCHES_HOST,))
+    from torch.distributed.elastic.rendezvous import utils
+
+    return bool(utils._matches_machine_hostname(host))
+
+
+@contextlib.contextmanager
+def patch_bootstrap_store_server(create: Callable[[Callable[[str, int], Any], str, int], Any]) -> Iterator[None]:
+    """For the block, the workers' shared store server is ``create(torch_create, master_addr, master_port)``.
+
+    Since torch 2.4 the c10d rendezvous gives the workers a second ``TCPStore`` (their
+    ``MASTER_ADDR``/``MASTER_PORT``), created by the agent that got rank 0 in the round, with
+    ``DynamicRendezvousHandler._create_tcp_store_server``: a server on a thread of that agent, unless
+    ``create`` puts it elsewhere. torch keeps what ``create`` returns and reads its ``port``.
+    """
+    require((_BOOTSTRAP_SERVER,))
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    handler_class = dynamic_rendezvous.DynamicRendezvousHandler
+    original = handler_class._create_tcp_store_server
+
+    def create_server(handler: Any, master_addr: str, master_port: int) -> Any:
+        return create(lambda addr, port: original(handler, addr, port), master_addr, master_port)
+
+    with patched(handler_class, _create_tcp_store_server=create_server):
+        yield
 
 
 # --- launch-scoped patches (checked) -------------------------------------------------------------
