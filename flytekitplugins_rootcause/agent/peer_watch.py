@@ -52,6 +52,9 @@ HEARTBEAT_INTERVAL_S = 0.5
 #: workers failed before it counts as lost: several heartbeats, so a busy host's late beat is not
 #: taken for a lost pod.
 LOST_AFTER_S = 2.0
+#: How often the heartbeat thread looks for members it does not know yet (they publish right after
+#: the rendezvous; their workers may fail within a heartbeat interval of it).
+MEMBERS_POLL_S = 0.05
 
 _KEY_PREFIX = "rootcause/"
 
@@ -272,7 +275,10 @@ class PeerWatch:
                 threading.Thread(
                     target=_call_logged, args=(self._on_peer_failure,), name="rootcause-peer-failed", daemon=True
                 ).start()
-            current.stop.wait(self.interval_s)
+            # until every member is known, look again soon: a pod that hosts the store and is lost
+            # before its peers read its entry could not be named (its peers only see the store go)
+            complete = len(current.members) >= current.world_size
+            current.stop.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
 
     def _a_peer_failed(self, current: _Round) -> bool:
         """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""

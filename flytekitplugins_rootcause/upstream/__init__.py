@@ -40,7 +40,11 @@ lets another version run (the symbols are still checked, their behaviour is not)
   (read); ``torch.multiprocessing.spawn.ProcessContext.join`` (wrapped per attempt),
   ``torch.multiprocessing.spawn.ProcessContext.sentinels`` (read and reordered),
   ``torch.multiprocessing.spawn.ProcessContext.processes`` (read);
-  ``torch.multiprocessing.spawn.ProcessExitedException`` (raised).
+  ``torch.multiprocessing.spawn.ProcessExitedException`` (raised);
+  ``torch.distributed.elastic.rendezvous.utils._matches_machine_hostname`` (called: would torch host
+  the rendezvous store here?) and
+  ``torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server``
+  (replaced for a forking launch: the workers' store runs in a keeper process).
 - :mod:`.torch_agent_loop` (the agent, ``restart_policy="soft"``; torch):
   ``torch.distributed.launcher.api.LocalElasticAgent`` (replaced for a launch by a subclass whose
   ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._invoke_run`` is overridden);

@@ -114,6 +114,24 @@ def test_when_the_store_goes_its_host_is_the_one_peer_named() -> None:
             pod.stop()
 
 
+def test_a_member_that_publishes_late_is_learned_long_before_the_next_heartbeat(server_port: int) -> None:
+    """The store's host can be lost within a heartbeat of publishing its entry (its workers fail
+    fast); a peer that had not read the entry by then could not name it. So a peer looks again for
+    members it does not know at a short interval, not at its (here two-minute) heartbeat."""
+    slow = PeerWatch("train-worker-1", interval_s=120.0, lost_after_s=WINDOW_S)
+    slow.joined(JoinedRound(client(server_port), 1, 2, (2, 3)))
+    reader = client(server_port)
+    deadline = time.monotonic() + 60
+    while not reader.check(["rootcause/alive/1"]) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the peer's first look (at its first heartbeat) found no rank 0 yet
+    host = watch("train-worker-0", client(server_port), 0, 2, hosts_store=True)
+    try:
+        assert [m.worker for m in wait_for_members(slow, 2)] == ["train-worker-0", "train-worker-1"]
+    finally:
+        host.stop()
+        slow.stop()
+
+
 def test_a_pod_alone_starts_no_thread_and_knows_itself(server_port: int) -> None:
     import threading
 

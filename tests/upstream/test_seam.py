@@ -514,6 +514,35 @@ def _launcher_agent_class(_: Any) -> None:
     assert launcher_api.LocalElasticAgent is LocalElasticAgent
 
 
+def _matches_machine_hostname(_: Any) -> None:
+    from flytekitplugins_rootcause.upstream.torch_elastic import endpoint_is_this_machine
+
+    # torch's own answers, on names and addresses that need no DNS
+    assert endpoint_is_this_machine("localhost") and endpoint_is_this_machine("127.0.0.1")
+    assert not endpoint_is_this_machine("10.1.2.3")
+
+
+def _create_tcp_store_server(_: Any) -> None:
+    """torch's rank-0 rendezvous asks the handler for the workers' store server, with these arguments."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from flytekitplugins_rootcause.upstream.torch_elastic import patch_bootstrap_store_server
+
+    handler_class = dynamic_rendezvous.DynamicRendezvousHandler
+    original = handler_class._create_tcp_store_server
+    assert parameter_names(original) == ["self", "master_addr", "master_port"]
+    assert "_create_tcp_store_server" in handler_class.next_rendezvous.__code__.co_names
+    seen = []
+
+    def create(torch_create: Callable[[str, int], Any], addr: str, port: int) -> str:
+        seen.append((addr, port))
+        return "kept elsewhere"
+
+    with patch_bootstrap_store_server(create):
+        assert handler_class._create_tcp_store_server(object(), "127.0.0.1", 0) == "kept elsewhere"
+    assert seen == [("127.0.0.1", 0)] and handler_class._create_tcp_store_server is original
+
+
 #: Per declared symbol (qualified name), the test of how the plugin uses it.
 SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{AGENT}.start_processes": _start_processes,
@@ -556,6 +585,9 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{KFPYTORCH}.PytorchElasticFunctionTask._task_function": _task_function,
     "torch.distributed.launcher.api.LocalElasticAgent": _launcher_agent_class,
     "torch.distributed.distributed_c10d._abort_process_group": _abort_process_group,
+    "torch.distributed.elastic.rendezvous.utils._matches_machine_hostname": _matches_machine_hostname,
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server":
+        _create_tcp_store_server,
     **{f"{WORKER_API}.{path}": _soft_agent_parts for path in (
         "SimpleElasticAgent._invoke_run", "SimpleElasticAgent._worker_group", "SimpleElasticAgent._remaining_restarts",
         "WorkerGroup.spec", "WorkerGroup.master_addr", "WorkerGroup.master_port", "WorkerSpec.rdzv_handler",
