@@ -79,6 +79,21 @@ def test_exit_status_from_torch_handle_when_the_watcher_lost_the_race() -> None:
     assert failure.signal_name == "SIGABRT"
 
 
+def test_a_worker_that_raised_then_aborted_while_exiting_keeps_its_exception_as_the_root_cause() -> None:
+    """gloo can abort a process at interpreter exit (docs/upstream.md): SIGABRT after the recorded error."""
+    teardown = T0 + S
+    aborted = WorkerEvidence(launched(1), ProcessExit(101, T0 + 40_000_000, None, int(signal.SIGABRT)),
+                             recorded("ValueError: bad batch", T0))
+    peer = WorkerEvidence(launched(0), ProcessExit(100, T0 + S // 2, 1, None),
+                          recorded("RuntimeError: Connection closed by peer", T0 + S // 2, mro=("RuntimeError",)))
+    failures = rank([peer, aborted], teardown)
+    assert [(f.global_rank, f.role) for f in failures] == [(1, Role.CANDIDATE), (0, Role.VICTIM)]
+    cause = failures[0]
+    assert (cause.timestamp_ns, cause.time_source, cause.exception_type) == (T0, TimeSource.RECORDED,
+                                                                             "builtins.ValueError")
+    assert "ValueError: bad batch" in format_root_cause_message(failures)
+
+
 def test_workers_that_exited_cleanly_are_not_failures() -> None:
     ok = WorkerEvidence(launched(0), ProcessExit(100, T0, 0, None), None)
     assert rank([ok]) == []
