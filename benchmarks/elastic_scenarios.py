@@ -94,6 +94,14 @@ def succeed(x: int) -> int:
     return x + _rank()
 
 
+def all_reduce_and_return(x: int) -> int:
+    """Ends right after its last gloo collective, its group left alive (``benchmarks.gloo_exit_race``)."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    for _ in range(2):
+        dist.all_reduce(torch.ones(1))
+    return x + _rank()
+
+
 def sleep_then_succeed(seconds: float) -> int:
     time.sleep(seconds)
     return _rank()
@@ -136,3 +144,4 @@ SUCCESS_TASKS = {
     "Elastic (monitor 5 s)": task(task_config=Elastic(nnodes=1, nproc_per_node=2))(succeed),
     "ElasticRootCause (monitor 0.5 s)": task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))(succeed),
 }
+ALL_REDUCE_AND_RETURN = task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=4))(all_reduce_and_return)

@@ -38,6 +38,7 @@ from flytekitplugins_rootcause.upstream.versions import (
     UnsupportedUpstreamError,
     release_of,
 )
+from testbed.gloo_scripts import FLIGHT_RECORDER_EXPECTED, flight_recorder_script
 
 PACKAGE_DIR = Path(flytekitplugins_rootcause.__file__).resolve().parent
 SEAM_DIR = PACKAGE_DIR / "upstream"
@@ -339,30 +340,13 @@ def _default_pg_nccl_timeout(_: Any) -> None:
     )
 
 
-#: A one-rank gloo group with the Flight Recorder on: two all-reduces, then the entries as the probe reads them.
-_FLIGHT_RECORDER_SCRIPT = """
-import os, tempfile
-os.environ["TORCH_FR_BUFFER_SIZE"] = "16"
-import torch, torch.distributed as dist
-from flytekitplugins_rootcause.upstream.torch_worker import flight_recorder_entries
-from rootcause_core.collectives import positions_from_entries
-store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
-dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-for _ in range(2):
-    dist.all_reduce(torch.ones(1))
-(position,) = positions_from_entries(flight_recorder_entries() or [])
-# ends as a torch program must: a gloo group left alive can abort the interpreter's exit (its
-# worker thread frees the last finished work after finalization began: "terminate called")
-dist.destroy_process_group()
-print(position.seq, position.op, position.entered_ns is not None)
-"""
-
-
+# A one-rank gloo group with the Flight Recorder on: two all-reduces, then the entries as the probe reads them;
+# the script ends its group (a gloo group alive at exit can abort the interpreter: testbed/gloo_scripts.py).
 def _dump_fr_trace(_: Any) -> None:
-    done = subprocess.run([sys.executable, "-c", _FLIGHT_RECORDER_SCRIPT], capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run([sys.executable, "-c", flight_recorder_script(destroy=True)], capture_output=True,
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["2", "gloo:all_reduce", "True"]
+    assert done.stdout.split() == FLIGHT_RECORDER_EXPECTED
 
 
 def _log_handlers(_: Any) -> None:
