@@ -17,6 +17,7 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}"
 WORKDIR /root
 COPY setup.cfg pyproject.toml README.md ./
 COPY flytekitplugins_rootcause ./flytekitplugins_rootcause
+COPY rootcause_core ./rootcause_core
 COPY backend_reader ./backend_reader
 COPY docs/backend_reader.md ./docs/backend_reader.md
 COPY distributions ./distributions

@@ -16,6 +16,8 @@ $(STAMP): setup.cfg pyproject.toml distributions/backend-reader/pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e distributions/backend-reader
 	$(PY) -m pip install -q -e '.[test]'
+	# build back-ends for the task image's offline replay (tests/test_task_image.py)
+	$(PY) -m pip download -q -d $(VENV)/wheelhouse 'setuptools>=77' wheel
 	@touch $@
 
 demo: $(STAMP)

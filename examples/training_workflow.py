@@ -6,9 +6,11 @@ Locally (CPU, gloo, 2 workers in one "pod"):
     pyflyte run examples/training_workflow.py training_wf --fail_rank 1      # rank 1 raises: see the report
     pyflyte run examples/training_workflow.py training_wf --fail_rank 0 --fault sigkill
 
-On a cluster (see the README's "Run it on a cluster"): set nnodes to the number of pods, build the
-image from the repository's Dockerfile, and `pyflyte run --remote --image <image> ...`. NCCL is used
-automatically where CUDA is present.
+On a cluster (see the README's "Run it on a cluster"): set nnodes to the number of pods (EXAMPLE_NNODES),
+then either build the image from the repository's Dockerfile and `pyflyte run --remote --image <image> ...`,
+or let flytekit build it (examples/image_spec.py): from the repository root,
+`ROOTCAUSE_REGISTRY=<registry> pyflyte run --remote examples/training_workflow.py training_wf`.
+NCCL is used automatically where CUDA is present.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import torch
 import torch.distributed as dist
 from flytekit import task, workflow
+from image_spec import image_from_environment
 
 from flytekitplugins_rootcause import ElasticRootCause
 from flytekitplugins_rootcause.distributed import default_backend, default_device
@@ -26,7 +29,11 @@ from flytekitplugins_rootcause.distributed import default_backend, default_devic
 NNODES = int(os.environ.get("EXAMPLE_NNODES", "1"))
 
 
-@task(task_config=ElasticRootCause(nnodes=NNODES, nproc_per_node=2), enable_deck=True)
+@task(
+    task_config=ElasticRootCause(nnodes=NNODES, nproc_per_node=2),
+    enable_deck=True,
+    container_image=image_from_environment(),
+)
 def train(epochs: int = 3, fail_rank: int = -1, fault: str = "raise") -> float:
     """Fit y = 3x with DDP; ``fail_rank`` injects a fault ("raise", "sigkill" or "sigabrt") in epoch 1."""
     dist.init_process_group(default_backend())

@@ -33,7 +33,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flytekit.configuration import SerializationSettings
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
@@ -65,6 +64,7 @@ from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preforma
 from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
 from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
 from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from flytekitplugins_rootcause.upstream.torch_agent_loop import launcher_agent_with_loop
 from flytekitplugins_rootcause.worker.process_settings import (
@@ -82,10 +82,6 @@ __all__ = ["PATCHED_ENTRYPOINT", "ElasticRootCauseFunctionTask", "root_cause_err
 
 logger = logging.getLogger(__name__)
 
-#: Console script of the patched entrypoint (``flytekitplugins_rootcause.entrypoint.command``).
-PATCHED_ENTRYPOINT = "pyflyte-rootcause-execute"
-
-
 def _child_failed_error(exc: BaseException) -> ChildFailedError | None:
     """The ``ChildFailedError`` kfpytorch converted into ``exc`` (its value or its context)."""
     for candidate in (getattr(exc, "value", None), exc.__cause__, exc.__context__):
@@ -94,15 +90,10 @@ def _child_failed_error(exc: BaseException) -> ChildFailedError | None:
     return None
 
 
-class ElasticRootCauseFunctionTask(PytorchElasticFunctionTask):
+class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunctionTask):
     """Runs like ``PytorchElasticFunctionTask``; on failure raises the root cause, timestamped."""
 
     task_config: ElasticRootCause
-
-    def get_default_command(self, settings: SerializationSettings) -> list[str]:
-        """flytekit's container args with ``pyflyte-execute`` swapped for the patched entrypoint."""
-        command = super().get_default_command(settings)
-        return [PATCHED_ENTRYPOINT if arg == "pyflyte-execute" else arg for arg in command]
 
     def _worker_hooks(self) -> list[Callable[[], None] | None]:
         """Picklable callables each worker runs, in order, before the user's function.

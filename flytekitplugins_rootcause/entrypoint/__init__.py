@@ -14,6 +14,7 @@ key is what the reader will parse), flytekit, :mod:`flytekitplugins_rootcause.ag
 Not torch: plain tasks run through this command without importing it.
 """
 
-from flytekitplugins_rootcause.entrypoint.command import COMMAND_NAME, WRITE_FAILED_EXIT_CODE, execute_task_cmd
+from flytekitplugins_rootcause.entrypoint.command import WRITE_FAILED_EXIT_CODE, execute_task_cmd
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
 
-__all__ = ["COMMAND_NAME", "WRITE_FAILED_EXIT_CODE", "execute_task_cmd"]
+__all__ = ["PATCHED_ENTRYPOINT", "WRITE_FAILED_EXIT_CODE", "execute_task_cmd"]

@@ -57,12 +57,11 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
     write_error_documents,
 )
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
-
-COMMAND_NAME = "pyflyte-rootcause-execute"
 
 #: Exit status when an error document could not be written (1 is an uncaught exception, 2 a usage
 #: error in click): the pod fails, and its log says which file and why.
@@ -231,14 +230,14 @@ def _execute(**params: Any) -> None:
             _FLYTEKIT_COMMAND.callback(**params)  # type: ignore[misc]
     except ErrorDocumentWriteError as error:
         for failure in error.failures:
-            click.echo(f"{COMMAND_NAME}: {failure.describe()}", err=True)
+            click.echo(f"{PATCHED_ENTRYPOINT}: {failure.describe()}", err=True)
         sys.exit(WRITE_FAILED_EXIT_CODE)
     if _FAILURE_DOCUMENTED.is_set():
         _exit_now(0)  # flytekit's exit status for a task whose error document was written
 
 
 execute_task_cmd = click.Command(
-    name=COMMAND_NAME,
+    name=PATCHED_ENTRYPOINT,
     params=list(_FLYTEKIT_COMMAND.params),
     callback=_execute,
     help="pyflyte-execute, writing one error document per worker (and error.pb only if absent).",

@@ -24,6 +24,7 @@ from flytekitplugins.kfpytorch.task import Elastic, PytorchElasticFunctionTask
 from flytekitplugins_rootcause.config import DEFAULT_MONITOR_INTERVAL_S
 from flytekitplugins_rootcause.straggler.report import StragglerReport
 from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 
 
@@ -57,8 +58,12 @@ def run_precheck(check: StragglerCheck, nnodes: int | str, **_task_inputs: Any) 
     return run_straggler_check_in_worker(check, nnodes=nnodes)
 
 
-class StragglerPrecheckFunctionTask(PytorchElasticFunctionTask):
-    """kfpytorch's elastic task whose workers run the straggler check and return its report."""
+class StragglerPrecheckFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunctionTask):
+    """kfpytorch's elastic task whose workers run the straggler check and return its report.
+
+    Its pods run the patched entrypoint too: a check that fails (``action='fail'``, or a node that
+    dies during the check) is a distributed failure like any other, one error document per pod.
+    """
 
     task_config: StragglerPrecheck
 

@@ -30,6 +30,11 @@ from flytekitplugins_rootcause.upstream.versions import Symbol, require
 
 _ENTRYPOINT = "flytekit.bin.entrypoint"
 
+#: The console script of the patched entrypoint (setup.cfg names it; the task image puts it on PATH).
+PATCHED_ENTRYPOINT = "pyflyte-rootcause-execute"
+#: flytekit's own entrypoint, which flytekit puts first in a task's container args.
+FLYTEKIT_ENTRYPOINT = "pyflyte-execute"
+
 #: The helpers of ``_dispatch_execute`` swapped while it runs: error-file name, worker name, error
 #: timestamp, error message.
 ERROR_DOCUMENT_HOOKS = (
@@ -58,6 +63,27 @@ SYMBOLS: tuple[Symbol, ...] = (
         module="flytekit.core.data_persistence",
     ),
 )
+
+
+def with_patched_entrypoint(command: list[str]) -> list[str]:
+    """A task's container args with flytekit's ``pyflyte-execute`` swapped for the patched entrypoint.
+
+    Fast registration wraps the args (``pyflyte-fast-execute ... -- pyflyte-execute ...``): the
+    swap applies wherever ``pyflyte-execute`` stands.
+    """
+    return [PATCHED_ENTRYPOINT if arg == FLYTEKIT_ENTRYPOINT else arg for arg in command]
+
+
+class RunsPatchedEntrypoint:
+    """Mixin for a flytekit task class whose pods must run ``pyflyte-rootcause-execute``.
+
+    Every task type of this plugin launches torch elastic agents whose failures are written as
+    per-worker error documents, and only the patched entrypoint writes them; a task type that
+    forgot this would silently fall back to flytekit's single ``error.pb``.
+    """
+
+    def get_default_command(self, settings: Any) -> list[str]:
+        return with_patched_entrypoint(super().get_default_command(settings))  # type: ignore[misc]
 
 
 @dataclasses.dataclass(frozen=True)

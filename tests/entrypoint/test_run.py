@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from flyteidl.core import errors_pb2, execution_pb2
 
-from flytekitplugins_rootcause.entrypoint.command import COMMAND_NAME, WRITE_FAILED_EXIT_CODE
+from flytekitplugins_rootcause.entrypoint.command import WRITE_FAILED_EXIT_CODE
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
 from testbed.object_stores import ObjectStore
@@ -186,10 +187,10 @@ def test_plain_task_under_aggregation_keeps_flytekits_fields_and_exit_code(
 
 def _assert_clean_failure(run_stderr: str, returncode: int, expected_paths: list[str]) -> None:
     assert returncode == WRITE_FAILED_EXIT_CODE
-    ours = [line for line in run_stderr.splitlines() if line.startswith(f"{COMMAND_NAME}: ")]
+    ours = [line for line in run_stderr.splitlines() if line.startswith(f"{PATCHED_ENTRYPOINT}: ")]
     assert len(ours) == len(expected_paths)
     for line, path in zip(ours, expected_paths, strict=True):
-        assert line.startswith(f"{COMMAND_NAME}: could not write error document {path}")
+        assert line.startswith(f"{PATCHED_ENTRYPOINT}: could not write error document {path}")
     # Nothing of ours raised past the command. (On gs, gcsfs prints a traceback of its own at
     # interpreter exit, closing an aiohttp session on the wrong loop; pyflyte-execute does the same.)
     after_task_error = run_stderr.split("!! End Error Captured by Flyte !!")[-1]

@@ -1,0 +1,204 @@
+"""The task image builds, and runs what the tests ran.
+
+"Run it on a cluster" starts with building the image, so its build is replayed here, without a
+Docker daemon (``testbed.dockerfile_replay`` says what is real and what is borrowed): the
+``Dockerfile``'s ``COPY`` and ``RUN`` steps into a temporary root, with the context's
+``.dockerignore`` applied, and then the console scripts the image puts on PATH are run. flytekit's
+own way, the ``ImageSpec`` in ``examples/image_spec.py``, is built into a build context by
+flytekit's image builder (the same code ``pyflyte run --remote`` runs, short of the daemon) and its
+copies and install step replayed the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flytekit.image_spec.default_builder import create_docker_context
+
+from flytekitplugins_rootcause.simulation.pytorchjob import container_args, serialize
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from testbed.dockerfile_replay import DockerfileReplay, DockerIgnore, ReplayError, build_arguments, parse_dockerfile
+from tests.elastic_tasks import serialization
+
+REPO = Path(__file__).resolve().parents[1]
+DISTRIBUTIONS = ("flytekitplugins-rootcause", "flyte-rootcause-reader")
+OUR_PACKAGES = ("flytekitplugins_rootcause", "backend_reader", "rootcause_core")
+
+sys.path.insert(0, str(REPO / "examples"))
+import image_spec  # noqa: E402  (examples/ is not a package: pyflyte puts its folder on sys.path too)
+
+
+def _replay(dockerfile: Path, context: Path, root: Path) -> DockerfileReplay:
+    replay = DockerfileReplay(context=context, root=root)
+    replay.replay(dockerfile)
+    return replay
+
+
+def _image_bin(replay: DockerfileReplay) -> Path:
+    return Path(replay.variables["VENV"]) / "bin"
+
+
+def _run_in_image(replay: DockerfileReplay, *command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` as the image's container runs it: its PATH, in its working folder."""
+    environment = {**os.environ, "PATH": replay.variables["PATH"]}
+    return subprocess.run(
+        command, cwd=replay.in_root(replay.workdir), env=environment, capture_output=True, text=True, timeout=120,
+        check=False,
+    )
+
+
+def _what_the_image_imports(replay: DockerfileReplay) -> dict:
+    """Where the image's Python finds our packages, and our distributions' console scripts."""
+    script = (
+        "import importlib, importlib.metadata as m, json\n"
+        f"packages = {{name: importlib.import_module(name).__file__ for name in {OUR_PACKAGES!r}}}\n"
+        "scripts = {d: sorted(e.name for e in m.distribution(d).entry_points if e.group == 'console_scripts')"
+        f" for d in {DISTRIBUTIONS!r}}}\n"
+        "print(json.dumps({'packages': packages, 'scripts': scripts}))\n"
+    )
+    completed = _run_in_image(replay, str(_image_bin(replay) / "python"), "-c", script)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def dockerfile_image(tmp_path_factory: pytest.TempPathFactory) -> DockerfileReplay:
+    return _replay(REPO / "Dockerfile", REPO, tmp_path_factory.mktemp("image") / "root")
+
+
+@pytest.mark.slow
+def test_the_dockerfile_builds_an_image_whose_console_scripts_run(dockerfile_image: DockerfileReplay) -> None:
+    for script, says in ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read")):
+        completed = _run_in_image(dockerfile_image, script, "--help")
+        assert completed.returncode == 0, completed.stderr
+        assert says in completed.stdout
+    for package, path in _what_the_image_imports(dockerfile_image)["packages"].items():
+        assert Path(path).is_relative_to(dockerfile_image.root), f"{package} came from {path}, not the image"
+
+
+@pytest.mark.slow
+def test_the_image_has_the_console_scripts_the_tests_run(dockerfile_image: DockerfileReplay) -> None:
+    ours = {
+        name: sorted(e.name for e in importlib.metadata.distribution(name).entry_points if e.group == "console_scripts")
+        for name in DISTRIBUTIONS
+    }
+    assert _what_the_image_imports(dockerfile_image)["scripts"] == ours
+    assert PATCHED_ENTRYPOINT in ours["flytekitplugins-rootcause"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "entity",
+    [serialization.rootcause_train, serialization.rootcause_single, serialization.straggler_precheck],
+    ids=["ElasticRootCause", "ElasticRootCause-single-node", "StragglerPrecheck"],
+)
+def test_task_types_run_an_entrypoint_the_image_has(dockerfile_image: DockerfileReplay, entity) -> None:
+    args = container_args(serialize(entity))
+    assert args[0] == PATCHED_ENTRYPOINT
+    assert (_image_bin(dockerfile_image) / args[0]).exists()
+
+
+@pytest.mark.slow
+def test_a_dockerfile_that_does_not_copy_rootcause_core_fails_to_build(tmp_path: Path) -> None:
+    """The replay catches the drift it exists for: the reader's distribution links ``rootcause_core``."""
+    lines = (REPO / "Dockerfile").read_text().splitlines()
+    kept = [line for line in lines if not re.match(r"COPY\s+rootcause_core\b", line)]
+    assert len(kept) == len(lines) - 1
+    (tmp_path / "Dockerfile").write_text("\n".join(kept) + "\n")
+    with pytest.raises(ReplayError, match="package directory 'rootcause_core' does not exist"):
+        _replay(tmp_path / "Dockerfile", REPO, tmp_path / "root")
+
+
+def _copied_sources(dockerfile: Path) -> set[str]:
+    sources: set[str] = set()
+    for instruction in parse_dockerfile(dockerfile.read_text()):
+        if instruction.keyword == "COPY":
+            _, words = instruction.flags_and_words()
+            sources.update(os.path.normpath(word) for word in words[:-1])
+    return sources
+
+
+@pytest.mark.slow
+def test_the_image_spec_builds_the_same_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flytekit's builder makes the ImageSpec's build context; its copies are the Dockerfile's (but
+    the workflow code, which fast registration uploads), its torch pin is the Dockerfile's, and its
+    install step, replayed into a fresh virtualenv, gives the same console scripts. (The builder's
+    ``uv pip install`` is replayed as ``pip install`` with the same arguments: uv cannot resolve
+    offline against the borrowed test environment.)"""
+    monkeypatch.chdir(REPO)  # ImageSpec.copy takes paths relative to where pyflyte runs
+    spec = image_spec.rootcause_image(registry="localhost:30000")
+    context = tmp_path / "context"
+    context.mkdir()
+    create_docker_context(spec, context)
+
+    torch_pin = build_arguments(REPO / "Dockerfile")["TORCH_VERSION"]
+    assert f"torch=={torch_pin}" in (context / "requirements_uv.txt").read_text()
+    assert _copied_sources(context / "Dockerfile") == _copied_sources(REPO / "Dockerfile") - {"examples"}
+
+    generated = (context / "Dockerfile").read_text()
+    copies = [line for line in generated.splitlines() if line.startswith("COPY ")]
+    (install,) = spec.commands
+    assert install in generated
+    replayed = "\n".join(
+        [
+            "FROM python:3.11-slim",
+            "ENV VENV=/opt/venv",
+            'RUN python -m venv "$VENV"',
+            'ENV PATH="$VENV/bin:$PATH"',
+            *copies,
+            "RUN " + install.replace("uv pip install", "pip install").replace("/root", "$ROOT_DIR"),
+        ]
+    )
+    (tmp_path / "Dockerfile.replayed").write_text(replayed + "\n")
+    replay = DockerfileReplay(context=context, root=tmp_path / "root")
+    replay.variables["ROOT_DIR"] = str(replay.in_root("/root"))
+    replay.replay(tmp_path / "Dockerfile.replayed")
+    completed = _run_in_image(replay, PATCHED_ENTRYPOINT, "--help")
+    assert completed.returncode == 0, completed.stderr
+    assert (_image_bin(replay) / "rootcause-reader").exists()
+
+
+def test_dockerignore_rules_follow_docker(tmp_path: Path) -> None:
+    (tmp_path / ".dockerignore").write_text("# comment\n.venv\n**/__pycache__\n*.log\n!keep.log\ndocs/*.md\n")
+    ignore = DockerIgnore.of_context(tmp_path)
+    assert ignore.excluded(".venv") and ignore.excluded(".venv/bin/python")
+    assert ignore.excluded("__pycache__/a.pyc") and ignore.excluded("pkg/sub/__pycache__/a.pyc")
+    assert ignore.excluded("debug.log") and not ignore.excluded("keep.log") and not ignore.excluded("sub/debug.log")
+    assert ignore.excluded("docs/a.md") and not ignore.excluded("docs/sub/a.md") and not ignore.excluded("docs")
+    assert not ignore.excluded("pkg/module.py")
+    assert not DockerIgnore.of_context(tmp_path / "missing").excluded(".venv")
+
+
+def test_copy_keeps_links_and_leaves_out_what_dockerignore_excludes(tmp_path: Path) -> None:
+    context = tmp_path / "context"
+    (context / "pkg" / "__pycache__").mkdir(parents=True)
+    (context / "pkg" / "module.py").write_text("x = 1\n")
+    (context / "pkg" / "__pycache__" / "module.pyc").write_bytes(b"\0")
+    (context / "shared").mkdir()
+    (context / "pkg" / "link").symlink_to("../shared")
+    (context / ".dockerignore").write_text("**/__pycache__\n")
+    (context / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\nCOPY pkg ./pkg\n")
+    replay = _replay(context / "Dockerfile", context, tmp_path / "root")
+    copied = replay.in_root("/app/pkg")
+    assert (copied / "module.py").read_text() == "x = 1\n"
+    assert not (copied / "__pycache__").exists()
+    assert (copied / "link").is_symlink() and not (copied / "link").exists()  # ../shared was not copied
+
+
+def test_a_failing_step_names_its_line(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11-slim\n\nRUN echo building && \\\n    exit 7\n")
+    with pytest.raises(ReplayError, match=r"line 3: RUN echo building && exit 7 exited 7"):
+        _replay(tmp_path / "Dockerfile", tmp_path, tmp_path / "root")
+
+
+def test_a_base_image_of_another_python_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM python:3.9-slim\n")
+    with pytest.raises(ReplayError, match=r"Python 3\.9"):
+        _replay(tmp_path / "Dockerfile", tmp_path, tmp_path / "root")
