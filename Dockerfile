@@ -18,10 +18,11 @@ WORKDIR /root
 COPY setup.cfg pyproject.toml README.md ./
 COPY flytekitplugins_rootcause ./flytekitplugins_rootcause
 COPY rootcause_core ./rootcause_core
+COPY rootcause_engine ./rootcause_engine
 COPY backend_reader ./backend_reader
 COPY docs/backend_reader.md ./docs/backend_reader.md
 COPY distributions ./distributions
-RUN pip install ./distributions/backend-reader . && command -v pyflyte-rootcause-execute && command -v rootcause-reader
+RUN pip install ./distributions/backend-reader ./distributions/rootcause-engine . && command -v pyflyte-rootcause-execute && command -v rootcause-reader
 
 # Your workflow code (pyflyte --remote uploads it with fast registration; copy it for a baked image).
 COPY examples ./examples

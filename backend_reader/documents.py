@@ -26,16 +26,12 @@ from google.protobuf import message as protobuf_message
 from google.protobuf import unknown_fields
 
 from backend_reader.messages import MAX_MESSAGE_BYTES, cut_message
-from rootcause_core.error_files import ListingKey
+from rootcause_core.error_files import ListingKey, content_listing_key
 from rootcause_core.ordering import Role, TimeSource
-from rootcause_core.roles import classify_role, rank_from_report
+from rootcause_core.roles import rank_from_report
 from rootcause_core.safe_text import safe_line, safe_text
-from rootcause_core.testimony import read_testimony
-from rootcause_core.timestamps import NS_PER_S
+from rootcause_core.timestamps import document_time_ns
 
-# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
-_MIN_SECONDS = -62_135_596_800
-_MAX_SECONDS = 253_402_300_799
 # C0 controls other than TAB, LF, CR and ESC (ANSI colours are common in tracebacks): a nested
 # protobuf's field tags and lengths, when a foreign message is read as an ErrorDocument.
 _BINARY_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f]")
@@ -105,16 +101,19 @@ def parse_error_document(
     if problem is not None:
         return SkippedFile(error_uri, f"not a Flyte ErrorDocument: {problem}")
     error = document.error
-    timestamp_ns, time_problem = _timestamp_ns(error)
-    if time_problem is not None:
-        return SkippedFile(error_uri, time_problem)
+    try:
+        stamped_ns = document_time_ns(error.timestamp if error.HasField("timestamp") else None)
+    except ValueError as time_problem:
+        return SkippedFile(error_uri, str(time_problem))
     message = safe_text(error.message)
-    timestamp_ns = _true_time(timestamp_ns, message)
+    # role and time are the listing key's rule, which the pod applies to the fields it writes
+    key = content_listing_key(message, stamped_ns)
+    timestamp_ns = key.timestamp_ns
     return FailureRecord(
         error_uri=error_uri,
         worker=safe_line(error.worker),
         timestamp_ns=timestamp_ns,
-        role=classify_role(message=message),
+        role=key.role,
         code=safe_line(error.code),
         kind=ErrorKind(execution_pb2.ExecutionError.ErrorKind.Name(error.origin)),
         recoverable=error.kind == errors_pb2.ContainerError.RECOVERABLE,
@@ -123,19 +122,6 @@ def parse_error_document(
         global_rank=rank_from_report(message),
         fingerprint=_fingerprint(error),
     )
-
-
-def _true_time(stamped_ns: int | None, message: str) -> int | None:
-    """The failure's time: the stamp, or the true time a victim's testimony gives for a moved stamp.
-
-    A victim pod stamps its document later than its failure so that Flyte's earliest-timestamp rule
-    passes it over (``rootcause_core.testimony``); the testimony is trusted only when it accounts for
-    the stamp exactly, so a stray or forged line cannot move a time it does not explain.
-    """
-    said = read_testimony(message)
-    if said is None or not said.stamp_delay_ns or stamped_ns is None or said.stamped_ns() != stamped_ns:
-        return stamped_ns
-    return said.failed_at_ns
 
 
 def _foreign_document_problem(document: errors_pb2.ErrorDocument) -> str | None:
@@ -170,22 +156,6 @@ def _only_code_and_message(error: errors_pb2.ContainerError) -> bool:
     )
 
 
-def _timestamp_ns(error: errors_pb2.ContainerError) -> tuple[int | None, str | None]:
-    """The error's time in ns, ``None`` when absent; or a reason it is invalid.
-
-    An explicit 1970-01-01T00:00:00Z counts as absent: no real failure happened then, and it is
-    what a writer that zero-fills the field produces.
-    """
-    if not error.HasField("timestamp"):
-        return None, None
-    seconds, nanos = error.timestamp.seconds, error.timestamp.nanos
-    if not (_MIN_SECONDS <= seconds <= _MAX_SECONDS) or not (0 <= nanos < NS_PER_S):
-        return None, f"invalid timestamp (seconds={seconds}, nanos={nanos})"
-    if seconds == 0 and nanos == 0:
-        return None, None
-    return seconds * NS_PER_S + nanos, None
-
-
 def _fingerprint(error: errors_pb2.ContainerError) -> str:
     """Digest of the document's content, to recognise the ``error.pb`` copy of a worker's file."""
     return hashlib.sha256(error.SerializeToString(deterministic=True)).hexdigest()
@@ -195,8 +165,9 @@ def listing_key_for(document: bytes) -> ListingKey | None:
     """The listing key of a serialized ``ErrorDocument``, as the reader will see it; ``None`` when the
     reader would skip the document (then the file gets a plain name and is simply read).
 
-    Here, next to the parser, because the key must be what :func:`parse_error_document` makes of the
-    very bytes a pod writes (``rootcause_core.error_files`` holds the name format).
+    For bytes only (tests, benchmarks, tools that name files they did not write): a pod knows the
+    fields it writes and applies the same rule to them (``rootcause_core.error_files``, which holds
+    the rule and the name format) without parsing its own document.
     """
     parsed = parse_error_document(document, "")
     if not isinstance(parsed, FailureRecord):

@@ -17,21 +17,13 @@ import dataclasses
 
 from backend_reader.strategy import ErrorAggregationStrategy
 from rootcause_core.error_files import ERROR_FILE_NAME, ERROR_FILE_STEM, PROTO_SUFFIX
+from rootcause_core.store_paths import base_name, join
 
-__all__ = ["ERROR_FILE_NAME", "ERROR_FILE_STEM", "PROTO_SUFFIX", "ListingSpec", "error_listings", "join"]
+__all__ = [
+    "ERROR_FILE_NAME", "ERROR_FILE_STEM", "PROTO_SUFFIX", "ListingSpec", "base_name", "error_listings", "join",
+]
 OUTPUTS_FILE_NAME = "outputs.pb"
 RAW_ERRORS_FOLDER = "errors"
-
-
-def join(prefix: str, *names: str) -> str:
-    """Join a storage prefix (URL or local path) and relative names with single slashes."""
-    parts = [prefix.rstrip("/")] + [name.strip("/") for name in names]
-    return "/".join(parts)
-
-
-def base_name(path: str) -> str:
-    """Last path component of an object path or URL."""
-    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclasses.dataclass(frozen=True)

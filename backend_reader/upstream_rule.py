@@ -29,6 +29,7 @@ import fsspec
 from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import message as protobuf_message
 
+from rootcause_core.error_files import ERROR_FILE_NAME
 from rootcause_core.safe_text import MAX_DOCUMENT_BYTES
 from rootcause_core.timestamps import from_protobuf, to_protobuf
 
@@ -70,7 +71,9 @@ class UpstreamPick:
         return error
 
 
-def list_error_files(fs: fsspec.AbstractFileSystem, directory: str, error_file_name: str = "error.pb") -> list[str]:
+def list_error_files(
+    fs: fsspec.AbstractFileSystem, directory: str, error_file_name: str = ERROR_FILE_NAME
+) -> list[str]:
     """Paths under ``directory`` the Go rule reads: name starts with ``error``, ends with ``.pb``
     (``error.pb`` itself included), in listing order. Nothing listed when the folder is absent."""
     stem, dot, extension = error_file_name.partition(".")
@@ -133,7 +136,7 @@ def earliest_error(
     output_prefix: str,
     fs: fsspec.AbstractFileSystem | None = None,
     *,
-    error_file_name: str = "error.pb",
+    error_file_name: str = ERROR_FILE_NAME,
     max_payload_bytes: int = MAX_DOCUMENT_BYTES,
     **storage_options: Any,
 ) -> UpstreamPick | None:

@@ -142,6 +142,6 @@ MONITOR_TASKS = {
 }
 SUCCESS_TASKS = {
     "Elastic (monitor 5 s)": task(task_config=Elastic(nnodes=1, nproc_per_node=2))(succeed),
-    "ElasticRootCause (monitor 0.5 s)": task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))(succeed),
+    "ElasticRootCause (monitor 0.2 s)": task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=2))(succeed),
 }
 ALL_REDUCE_AND_RETURN = task(task_config=ElasticRootCause(nnodes=1, nproc_per_node=4))(all_reduce_and_return)

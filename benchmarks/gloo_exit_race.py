@@ -2,9 +2,9 @@
 
 Run by hand: ``.venv/bin/python -m benchmarks.gloo_exit_race [--runs 150] [--launches 100] [--load 2]``.
 
-Why: the suite once went red because a one-process gloo script (the seam's Flight Recorder smoke
-test) died with ``terminate called without an active exception`` after printing the right answer.
-Its core dump: gloo's worker thread dropped the last reference to the finished all-reduce after the
+Why: a one-process gloo script (the seam's Flight Recorder smoke test) that leaves its group alive can
+die with ``terminate called without an active exception`` after printing the right answer. A core
+dump shows the cause: gloo's worker thread dropped the last reference to the finished all-reduce after the
 main thread had returned from it and begun finalizing the interpreter; freeing its tensors needs the
 GIL, CPython ends a thread that asks for it during finalization, and that unwind through C++ calls
 ``std::terminate`` (docs/upstream.md). Two questions, answered with counts:
@@ -32,8 +32,8 @@ from testbed.gloo_scripts import FLIGHT_RECORDER_EXPECTED, flight_recorder_scrip
 
 
 def count_script_aborts(runs: int, destroy: bool) -> int:
-    """Runs of the one-process script (the seam's Flight Recorder smoke test as it was before the fix,
-    or with the fix) that did not end with exit code 0 after printing the right answer."""
+    """Runs of the one-process script (the seam's Flight Recorder smoke test, with its group left
+    alive or ended) that did not end with exit code 0 after printing the right answer."""
     failed = 0
     with tempfile.TemporaryDirectory() as folder:
         script = os.path.join(folder, "all_reduce_and_end.py")

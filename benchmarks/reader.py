@@ -9,7 +9,7 @@ For each size and naming, a fresh fake-gcs-server (``--backend``, memory by defa
 with that many ~2 KiB ErrorDocuments under one output prefix (``-data``: uploading 10,000 objects
 one by one is slow on this server). ``keyed`` names are what the plugin's entrypoint writes (role
 and time in the name, ``rootcause_core.error_files``); ``plain`` names are what writers without
-listing keys leave (flytekit, the plugin before keys). Then, each in a fresh subprocess so peak RSS
+listing keys leave (flytekit, or any writer that does not key its names). Then, each in a fresh subprocess so peak RSS
 (``ru_maxrss``) is its own:
 
 - ``read_error``: ``RemoteFileOutputReader.read_error()``, propeller's call: one listing, then only

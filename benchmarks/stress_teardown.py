@@ -2,7 +2,7 @@
 
 Run by hand: ``.venv/bin/python -m benchmarks.stress_teardown [--runs 200] [--load 2]``.
 
-The case (from issue #11): one pod, ``ElasticRootCause(nnodes=1, teardown_grace_s=2)``; one worker
+The case: one pod, ``ElasticRootCause(nnodes=1, teardown_grace_s=2)``; one worker
 ignores SIGTERM and sleeps for minutes, another fails about a second after it started (raise,
 SIGKILL or SIGABRT), any others linger normally. Variants cycle through:
 

@@ -7,7 +7,7 @@ until the task call returns (the pod would exit right after), for
 
 - kfpytorch ``Elastic`` (its defaults: ``monitor_interval`` 5 s; torch's function-launch teardown
   waits 30 s between SIGTERM and SIGKILL), and
-- ``ElasticRootCause`` with its defaults (``monitor_interval`` 0.5 s, ``teardown_grace_s`` 5 s) and
+- ``ElasticRootCause`` with its defaults (``monitor_interval`` 0.2 s, ``teardown_grace_s`` 5 s) and
   with ``teardown_grace_s=1``.
 
 Expected: about monitor interval / 2 + 30 s for ``Elastic``; about 0.25 s + the grace for ours,
@@ -65,8 +65,8 @@ def with_rootcause_grace_1s(marker_dir: str) -> int:
 
 TASKS: dict[str, Any] = {
     "kfpytorch Elastic (monitor 5 s, torch's 30 s)": with_elastic,
-    "ElasticRootCause (monitor 0.5 s, grace 5 s)": with_rootcause_default_grace,
-    "ElasticRootCause (monitor 0.5 s, grace 1 s)": with_rootcause_grace_1s,
+    "ElasticRootCause (monitor 0.2 s, grace 5 s)": with_rootcause_default_grace,
+    "ElasticRootCause (monitor 0.2 s, grace 1 s)": with_rootcause_grace_1s,
 }
 
 

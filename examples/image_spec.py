@@ -8,7 +8,7 @@ relative to the folder ``pyflyte`` runs in), with a registry the cluster can pul
 
 What goes in, as in the Dockerfile: torch pinned (``TORCH_VERSION``; PyPI's Linux wheel is the
 CUDA build, so the image runs on GPU nodes; ``TORCH_INDEX`` picks another index, the CPU one for
-CPU-only clusters), then the reader's distribution and the plugin, built from the repository
+CPU-only clusters), then the reader's and the engine's distributions and the plugin, built from the repository
 inside the image, which puts ``pyflyte-rootcause-execute`` (the entrypoint ``ElasticRootCause``
 and ``StragglerPrecheck`` tasks name in their container args) and ``rootcause-reader`` on PATH.
 ``tests/test_task_image.py`` checks that it copies what the Dockerfile copies and that the
@@ -33,6 +33,7 @@ REPOSITORY_PATHS = [
     "pyproject.toml",
     "README.md",
     "rootcause_core",
+    "rootcause_engine",
     "backend_reader",
     "docs/backend_reader.md",
     "distributions",
@@ -41,7 +42,7 @@ REPOSITORY_PATHS = [
 
 #: The install step, run in the image after the copies land under /root. ``uv`` is the installer
 #: flytekit's image builder provides to commands; it installs into the image's Python.
-INSTALL_COMMAND = "uv pip install /root/distributions/backend-reader /root"
+INSTALL_COMMAND = "uv pip install /root/distributions/backend-reader /root/distributions/rootcause-engine /root"
 
 
 def rootcause_image(registry: str | None = None, name: str = "flytekitplugins-rootcause") -> ImageSpec:

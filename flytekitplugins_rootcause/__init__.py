@@ -23,7 +23,7 @@ _EXPORTS = {
     "ElasticRootCauseError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseRecoverableError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
-    "WorkerFailure": "flytekitplugins_rootcause.agent.diagnosis.failures",
+    "WorkerFailure": "rootcause_engine.agent.diagnosis.failures",
     "StragglerCheck": "flytekitplugins_rootcause.straggler.settings",
     "StragglerDetectedError": "flytekitplugins_rootcause.straggler.errors",
     "StragglerPrecheck": "flytekitplugins_rootcause.straggler.task",
@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
     from flytekitplugins_rootcause.config import ElasticRootCause
     from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
     from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from flytekitplugins_rootcause.straggler.settings import StragglerCheck
     from flytekitplugins_rootcause.straggler.task import StragglerPrecheck
     from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
+    from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 
 
 def __getattr__(name: str) -> Any:

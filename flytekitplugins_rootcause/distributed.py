@@ -1,20 +1,9 @@
-"""Pick the collective backend the way users expect: NCCL where CUDA is present, gloo otherwise."""
+"""The collective backend and device a worker should use, under the plugin's name.
 
-from __future__ import annotations
+The choice lives in the engine (:mod:`rootcause_engine.distributed`: NCCL where CUDA is present,
+gloo otherwise); this module is the name training code imports it by.
+"""
 
-import torch
-import torch.distributed as dist
+from rootcause_engine.distributed import default_backend, default_device
 
-
-def default_backend() -> str:
-    """``nccl`` on a CUDA machine whose torch build has NCCL, else ``gloo`` (CPU)."""
-    if torch.cuda.is_available() and dist.is_nccl_available():
-        return "nccl"
-    return "gloo"
-
-
-def default_device(local_rank: int) -> torch.device:
-    """The device a worker should use: its local GPU under NCCL, else the CPU."""
-    if default_backend() == "nccl":
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
+__all__ = ["default_backend", "default_device"]

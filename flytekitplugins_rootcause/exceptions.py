@@ -3,16 +3,25 @@
 They subclass flytekit's own exceptions, so ``pyflyte-execute`` (and the patched entrypoint) map
 them to the right ``ContainerError`` kind, and the Flyte timestamp is the root cause's time with
 sub-second precision. The exact nanosecond time stays available as ``timestamp_ns``.
+
+This is the flytekit front-end's side of the engine's diagnosis: :func:`root_cause_error` turns a
+:class:`~rootcause_engine.agent.diagnosis.pipeline.Diagnosis` into the exception a task raises
+(and the agent watchdog hands to the entrypoint).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from flytekit.exceptions.system import FlyteSystemException
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 
-from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from rootcause_core.testimony import LostPeer, Member
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+
+if TYPE_CHECKING:  # the pipeline needs torch; the entrypoint, which imports these classes, must not
+    from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 
 
 class RootCauseDetails:
@@ -21,6 +30,8 @@ class RootCauseDetails:
 
     failures: tuple[WorkerFailure, ...]
     _report: str
+    #: The engine's diagnosis the error was made from (``None`` for one built by hand).
+    diagnosis: Diagnosis | None = None
     members: tuple[Member, ...] = ()
     lost_peers: tuple[LostPeer, ...] = ()
 
@@ -73,3 +84,23 @@ class ElasticRootCauseError(RootCauseDetails, FlyteUserRuntimeException):
     @staticmethod
     def _flyte_value(message: str) -> object:
         return RuntimeError(message)  # a user error wraps the exception it reports
+
+
+class AgentHungError(FlyteSystemException):
+    """The agent hung although no worker failed (every worker exited successfully): retryable."""
+
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        self.diagnosis = diagnosis
+        self.report = diagnosis.report
+        super().__init__(diagnosis.report)
+
+
+def root_cause_error(diagnosis: Diagnosis) -> ElasticRootCauseError | ElasticRootCauseRecoverableError | AgentHungError:
+    """The Flyte exception for ``diagnosis``: recoverable where its root cause is (or only victims
+    failed here), a system error for a hung agent without a failed worker."""
+    if not diagnosis.failures:
+        return AgentHungError(diagnosis)
+    kind = ElasticRootCauseRecoverableError if diagnosis.recoverable else ElasticRootCauseError
+    error = kind(diagnosis.report, diagnosis.failures, members=diagnosis.members, lost_peers=diagnosis.lost_peers)
+    error.diagnosis = diagnosis
+    return error

@@ -7,7 +7,7 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
    ``_task_function`` holds, on both start methods: swapped for the launch by
    :func:`flytekitplugins_rootcause.upstream.kfpytorch.task_function_swapped`); the worker-side
    hooks (process settings, the straggler pre-check) run there first;
-2. the launch is observed (:mod:`flytekitplugins_rootcause.agent.launch_observer`): every worker
+2. the launch is observed (:mod:`rootcause_engine.agent.launch_observer`): every worker
    pid is watched for its exact exit, teardown start is noted, and teardown uses ``teardown_grace_s``
    instead of torch's 30 s;
 3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
@@ -15,11 +15,11 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
 4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
    with the shared rule and a timestamped ``ElasticRootCauseError`` (or its recoverable twin) is
    raised in its place. torch itself reports only the first failure its poll happened to find;
-5. the pods keep track of each other (:mod:`flytekitplugins_rootcause.agent.peer_watch`): when only
+5. the pods keep track of each other (:mod:`rootcause_engine.agent.peer_watch`): when only
    victims failed here, the report names the peer pods that are gone (a lost node leaves no error
    file of its own), and the error document carries the attempt's members and those lost peers;
 6. with ``restart_policy="soft"``, torch's agent runs the soft-restart loop
-   (:mod:`flytekitplugins_rootcause.agent.soft_restart_agent`): a failure is diagnosed as above, and
+   (:mod:`rootcause_engine.agent.soft_restart_agent`): a failure is diagnosed as above, and
    only the failed node's workers restart while the others pause; the final report lists every
    earlier failure the job went through.
 """
@@ -40,43 +40,37 @@ from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.agent.diagnosis.deck import publish_restarts_deck, publish_timeline_deck
-from flytekitplugins_rootcause.agent.diagnosis.evidence import gather_evidence
-from flytekitplugins_rootcause.agent.diagnosis.hang import stalled_collective
-from flytekitplugins_rootcause.agent.diagnosis.root_cause import (
-    agent_timeline,
-    diagnose,
-    rank_evidence,
-    root_cause_error,
-)
-from flytekitplugins_rootcause.agent.launch_observer import LaunchObserver, observing_launch
-from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
-from flytekitplugins_rootcause.agent.rendezvous_host import this_agent_hosts_rendezvous
-from flytekitplugins_rootcause.agent.soft_restart_agent import (
+from flytekitplugins_rootcause.config import ElasticRootCause
+from flytekitplugins_rootcause.deck import publish_restarts_deck, publish_timeline_deck
+from flytekitplugins_rootcause.exceptions import root_cause_error
+from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
+from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
+from rootcause_core.safe_text import exception_summary
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger, diagnose
+from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
+from rootcause_engine.agent.launch_record import record_launch
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.agent.rendezvous_host import this_agent_hosts_rendezvous
+from rootcause_engine.agent.soft_restart_agent import (
     SoftRestartLoop,
     SoftRestartSession,
     history_note,
     history_rows,
 )
-from flytekitplugins_rootcause.agent.store_keeper import stores_kept
-from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
-from flytekitplugins_rootcause.agent.watchdog import AgentWatchdog, watchdog_settings
-from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
-from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
-from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
-from flytekitplugins_rootcause.upstream.torch_agent_loop import launcher_agent_with_loop
-from flytekitplugins_rootcause.worker.process_settings import (
+from rootcause_engine.agent.store_keeper import stores_kept
+from rootcause_engine.agent.torch_log_format import exceptions_preformatted
+from rootcause_engine.agent.watchdog import AgentWatchdog, watchdog_settings
+from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.upstream.torch_agent_loop import launcher_agent_with_loop
+from rootcause_engine.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
     applied_environment,
     before_user_function,
 )
-from flytekitplugins_rootcause.worker.recorder import RecordingTaskFunction
-from rootcause_core.ordering import Role
-from rootcause_core.safe_text import exception_summary
-from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.worker.recorder import RecordingTaskFunction
 
 __all__ = ["PATCHED_ENTRYPOINT", "ElasticRootCauseFunctionTask", "root_cause_error"]
 
@@ -140,7 +134,11 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                     _soft_restarts(soft),
                     exceptions_preformatted(),
                     observing_launch(observer, peers),
-                    AgentWatchdog(observer, settings) if settings else contextlib.nullcontext(),
+                    (
+                        AgentWatchdog(observer, settings, error_of=root_cause_error, peers=peers)
+                        if settings
+                        else contextlib.nullcontext()
+                    ),
                 ):
                     result = super()._execute(**kwargs)
                 if soft is not None:
@@ -148,19 +146,22 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 return result
             except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                 child_failed = _child_failed_error(exc)
-                error = None if child_failed is None else _root_cause_error(observer, peers, child_failed, soft=soft)
-                if error is None:
+                if child_failed is None:
                     raise
-                raise error from None
+                diagnosis = _diagnose_launch(observer, peers, soft, Trigger.WORKER_FAILED, child_failed)
+                if diagnosis is None:
+                    raise
+                raise _raised(diagnosis) from None
             except (RendezvousError, DistError) as exc:
                 # torch's agent lost the rendezvous store (its host pod is gone) before it saw its
                 # workers fail: diagnose the attempt all the same, if one was started
-                error = (
-                    None if observer.last_attempt() is None else _root_cause_error(observer, peers, None, exc, soft)
-                )
-                if error is None:
+                if observer.last_attempt() is None:
                     raise
-                raise error from None
+                note = f"The agent itself failed: {exception_summary(exc)}"
+                diagnosis = _diagnose_launch(observer, peers, soft, Trigger.STORE_LOST, None, note)
+                if diagnosis is None:
+                    raise
+                raise _raised(diagnosis) from None
             finally:
                 peers.stop()
 
@@ -183,9 +184,8 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         return SoftRestartSession(
             worker=current_worker_name(),
             channel=WorkerChannel(channel_dir),
-            diagnose=lambda child_failed: _local_root_cause(observer, child_failed),
+            diagnose=lambda child_failed: _local_diagnosis(observer, child_failed),
             end_workers=lambda: _end_running_attempt(observer),
-            is_recoverable=lambda error: isinstance(error, FlyteRecoverableException),
             timeout_s=self.task_config.soft_restart_timeout_s,
             min_nodes=int(self.min_nodes),
         )
@@ -201,12 +201,9 @@ def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
         yield
 
 
-def _local_root_cause(observer: LaunchObserver, child_failed: ChildFailedError) -> BaseException:
-    """The root-cause error of a failure a soft restart may heal (this pod's evidence only: the job goes on)."""
-    failures = diagnose(observer, child_failed)
-    if not failures:
-        return RuntimeError(f"a worker failed and left no evidence: {exception_summary(child_failed)}")
-    return root_cause_error(failures, note=agent_timeline(observer, failures))
+def _local_diagnosis(observer: LaunchObserver, child_failed: ChildFailedError) -> Diagnosis | None:
+    """The diagnosis of a failure a soft restart may heal (this pod's record only: the job goes on)."""
+    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART)
 
 
 def _end_running_attempt(observer: LaunchObserver) -> None:
@@ -221,36 +218,32 @@ def _end_running_attempt(observer: LaunchObserver) -> None:
         observer.end_workers(attempt, probe=True)
 
 
-def _root_cause_error(
+def _diagnose_launch(
     observer: LaunchObserver,
     peers: PeerWatch,
+    soft: SoftRestartSession | None,
+    trigger: Trigger,
     child_failed: ChildFailedError | None,
-    agent_error: BaseException | None = None,
-    soft: SoftRestartSession | None = None,
-) -> Exception | None:
-    """The root-cause error for a failed launch; ``None`` when no worker failure was found.
-
-    ``agent_error``: what ended torch's agent when it was not a worker failure (a lost store).
-    ``soft``: the launch's soft-restart session, whose earlier failures the report lists.
-    """
-    evidence, teardown_ns = gather_evidence(observer, child_failed)
-    # first: the other pods must not take this one for lost, and may need the collective it timed out in
-    peers.announce_failure(stalled_collective(item.recorded for item in evidence))
-    failures = rank_evidence(evidence, teardown_ns, peers.announced_stalls())
-    if not failures:
-        logger.warning("no failed worker found in the launch; reporting torch's error as is")
-        return None
-    # only victims here: was the peer that failed us lost with its whole pod?
-    lost = peers.lost_peers() if failures[0].role == Role.VICTIM else ()
-    peers.leave()  # last: a peer that outlives this pod's store would take it for lost
-    note = agent_timeline(observer, failures)
-    if agent_error is not None:
-        note = f"The agent itself failed: {exception_summary(agent_error)}\n{note}"
+    *notes: str,
+) -> Diagnosis | None:
+    """The pipeline's diagnosis of the launch's last attempt, with the peers and the soft restarts
+    the job went through before; ``None`` when no worker failed (torch's error is raised as is)."""
     if soft is not None and (earlier := history_note(soft)):
-        note = f"{note}\n{earlier}"
-    error = root_cause_error(failures, note=note, members=peers.members(), lost_peers=lost)
-    publish_timeline_deck(failures, history_rows(soft) if soft is not None else ())
-    logger.error("Root cause of the elastic launch failure:\n%s", error)
+        notes = (*notes, earlier)
+    return diagnose(
+        record_launch(observer, child_failed),
+        trigger=trigger,
+        peers=peers,
+        notes=notes,
+        restarts=history_rows(soft) if soft is not None else (),
+    )
+
+
+def _raised(diagnosis: Diagnosis) -> Exception:
+    """The task's exception for ``diagnosis``, after its Deck is published and its report logged."""
+    error = root_cause_error(diagnosis)
+    publish_timeline_deck(diagnosis)
+    logger.error("Root cause of the elastic launch failure:\n%s", diagnosis.report)
     return error
 
 

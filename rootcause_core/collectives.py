@@ -14,7 +14,7 @@ the group, operation :data:`INIT_OP`, with the ranks the peers waited for in ``a
 
 A :class:`CollectivePosition` is the last collective one rank entered in one process group. A worker
 writes its positions into its error file when it fails, and into a probe file when the agent asks a
-live worker before tearing it down (``flytekitplugins_rootcause.worker.hang_probe``). Pure: used by
+live worker before tearing it down (``rootcause_engine.worker.hang_probe``). Pure: used by
 the agent's diagnosis and its tests alike.
 """
 

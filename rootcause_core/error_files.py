@@ -1,7 +1,7 @@
 """Error file names: where Flyte looks, how a pod names its own file, and the listing key in the name.
 
 Shared by the writer (the patched entrypoint) and the reader (``backend_reader``), so a name is built
-and parsed by one definition. Pure string logic: no I/O, no flytekit, no torch.
+and parsed by one definition, and a key by one rule. Pure: no I/O, no flytekit, no torch.
 
 Listing keys: an error file's role and time, written into its name, so one listing finds the root cause.
 
@@ -22,11 +22,14 @@ or ``n`` when it has none. For example
 ``error-train-worker-1-3f2b...e9.rc1c1790000000123456789.pb``. Every name that does not end so
 (flytekit's ``error-<uuid>.pb`` ends in 32 hex digits) simply has no listing key and is read.
 
-Trust: the key is computed by :func:`listing_key_for` from the very bytes being written, with the
-same parsing the reader applies (:func:`backend_reader.documents.parse_error_document`), so a name
-and its content agree by construction. The reader still checks every file it reads against its
-name and falls back to reading everything if one disagrees. A reader whose role rules change must
-bump the version, so that older names are read again instead of trusted.
+Trust: the key is one rule, :func:`content_listing_key` (the role ``roles.classify_role`` reads from
+the message, the time ``testimony.true_failure_time`` reads from the stamp and the message), which
+the reader's parser (``backend_reader.documents.parse_error_document``) applies to the fields it
+reads and the writer (the patched entrypoint) to the very message and stamp it puts in the document
+(:func:`listing_key_for_container`), so a name and its content agree by construction without the
+writer parsing its own bytes. The reader still checks every file it reads against its name and
+falls back to reading everything if one disagrees. A reader whose role rules change must bump the
+version, so that older names are read again instead of trusted.
 """
 
 from __future__ import annotations
@@ -35,7 +38,13 @@ import dataclasses
 import re
 from typing import Protocol
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from rootcause_core.ordering import Role, role_time_key
+from rootcause_core.roles import classify_role
+from rootcause_core.safe_text import safe_text
+from rootcause_core.testimony import true_failure_time
+from rootcause_core.timestamps import document_time_ns
 from rootcause_core.worker_names import sanitize_worker_name
 
 #: The single-writer file Flyte reads when no aggregation strategy is on.
@@ -95,6 +104,31 @@ class ListingKey:
         """True when the file's content says what its name says."""
         return failure.role == self.role and failure.timestamp_ns == self.timestamp_ns
 
+
+def content_listing_key(message: str, stamped_ns: int | None) -> ListingKey:
+    """The role and time a reader gives an error document whose message (already ``safe_text``, as
+    every reader shows it) is ``message`` and whose valid stamp is ``stamped_ns``.
+
+    The role is what the message says (this plugin's role marker first, else the text patterns of
+    ``roles.classify_role``); the time is the stamp, or the true time a victim's testimony gives for
+    a moved stamp (``testimony.true_failure_time``).
+    """
+    return ListingKey(classify_role(message=message), true_failure_time(stamped_ns, message))
+
+
+def listing_key_for_container(message: str, timestamp: Timestamp | None) -> ListingKey | None:
+    """The listing key of a ``ContainerError`` a writer is about to store with ``message`` and
+    ``timestamp`` (``None``: no timestamp field); ``None`` when a reader would refuse that time.
+
+    For the writer, which knows the fields it writes and so needs no parse of its own bytes. The
+    reader's other checks (a code or a message, a known origin and kind, no foreign fields) are
+    about documents this project's writers never produce, so the time is the only one that matters.
+    """
+    try:
+        stamped_ns = document_time_ns(timestamp)
+    except ValueError:
+        return None
+    return content_listing_key(safe_text(message), stamped_ns)
 
 
 def keyed_file_name(stem: str, key: ListingKey | None) -> str:

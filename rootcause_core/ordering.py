@@ -1,9 +1,12 @@
 """The one rule that orders failures, root cause first.
 
-Both sides of the plugin use this module: the agent (``ElasticRootCauseFunctionTask``) orders the
-failures of the workers in its pod, and ``backend_reader`` orders the error files of all pods. It
-lives in ``backend_reader`` because that package must not depend on flytekit or torch, and it is
-pure (no I/O, no clocks) so the same inputs always give the same answer.
+Both sides use this module: the pod's agent (``rootcause_engine.agent.diagnosis.selection``)
+orders the failures of the workers in its pod, and ``backend_reader`` (``aggregate``, ``read_plan``)
+orders the error files of all pods; ``rootcause_core.error_files`` builds the listing key of an error
+file's name from the same role-and-time key (:func:`role_time_key`). It lives in ``rootcause_core``,
+the pure vocabulary that the engine, the flytekit front-end and the backend reader all import (and
+that depends on neither flytekit nor torch), and it is pure (no I/O, no clocks) so the same inputs
+always give the same answer.
 
 The rule (``docs/design.md``, strategy ``earliest`` made robust):
 

@@ -99,7 +99,7 @@ def rank_from_report(message: str) -> int | None:
     """The global rank a report of this plugin names on its marked first line, if any.
 
     ``ContainerError`` has no rank field; the report's summary line (``[root cause] rank 3 (local
-    rank 1, ...``, see ``flytekitplugins_rootcause.agent.diagnosis.report``) carries it.
+    rank 1, ...``, see ``rootcause_engine.agent.diagnosis.report``) carries it.
     """
     match = _REPORT_RANK_RE.search(message)
     return int(match.group(1)) if match else None

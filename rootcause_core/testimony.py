@@ -191,6 +191,20 @@ def with_testimony(message: str, testimony: PodTestimony) -> str:
     return f"{message.rstrip(chr(10))}\n{testimony.line()}"
 
 
+def true_failure_time(stamped_ns: int | None, message: str) -> int | None:
+    """The failure's time: the document's stamp, or the true time its testimony gives for a moved stamp.
+
+    A victim pod stamps its document later than its failure so that Flyte's earliest-timestamp rule
+    passes it over (see the module docstring); the testimony is trusted only when it accounts for
+    the stamp exactly, so a stray or forged line cannot move a time it does not explain. Here, not
+    in the reader, because a pod's file name carries this time too (``error_files``).
+    """
+    said = read_testimony(message)
+    if said is None or not said.stamp_delay_ns or stamped_ns is None or said.stamped_ns() != stamped_ns:
+        return stamped_ns
+    return said.failed_at_ns
+
+
 def read_testimony(message: str) -> PodTestimony | None:
     """The testimony on the message's last line; ``None`` when there is none or it is not valid."""
     _, _, last = message.rstrip("\n").rpartition("\n")

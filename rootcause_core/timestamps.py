@@ -16,6 +16,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 #: Nanoseconds per second.
 NS_PER_S = 1_000_000_000
+#: google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+MIN_TIMESTAMP_SECONDS = -62_135_596_800
+MAX_TIMESTAMP_SECONDS = 253_402_300_799
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -41,6 +44,25 @@ def to_protobuf(timestamp_ns: int) -> Timestamp:
 def from_protobuf(timestamp: Timestamp) -> int:
     """Nanoseconds since the epoch of a protobuf ``Timestamp``."""
     return timestamp.seconds * NS_PER_S + timestamp.nanos
+
+
+def document_time_ns(timestamp: Timestamp | None) -> int | None:
+    """The time an error document's ``ContainerError.timestamp`` carries, as every reader takes it.
+
+    ``None`` when the field is absent (``timestamp`` is ``None``) or is exactly 1970-01-01T00:00:00Z:
+    no real failure happened then, and it is what a writer that zero-fills the field produces.
+    Raises ``ValueError`` (its text is the reason, for a person) for a time outside the protobuf
+    ``Timestamp``'s valid range, which no reader can place. One rule for the reader, which skips such
+    a document, and for the writer, whose file name must say what the reader will make of it.
+    """
+    if timestamp is None:
+        return None
+    seconds, nanos = timestamp.seconds, timestamp.nanos
+    if not (MIN_TIMESTAMP_SECONDS <= seconds <= MAX_TIMESTAMP_SECONDS) or not (0 <= nanos < NS_PER_S):
+        raise ValueError(f"invalid timestamp (seconds={seconds}, nanos={nanos})")
+    if seconds == 0 and nanos == 0:
+        return None
+    return seconds * NS_PER_S + nanos
 
 
 def to_seconds(duration_ns: int) -> float:

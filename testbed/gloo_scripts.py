@@ -12,7 +12,7 @@ _FLIGHT_RECORDER_SCRIPT = """
 import os, tempfile
 os.environ["TORCH_FR_BUFFER_SIZE"] = "16"
 import torch, torch.distributed as dist
-from flytekitplugins_rootcause.upstream.torch_worker import flight_recorder_entries
+from rootcause_engine.upstream.torch_worker import flight_recorder_entries
 from rootcause_core.collectives import positions_from_entries
 store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)

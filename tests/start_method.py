@@ -22,7 +22,7 @@ a few times never returned from creating its TCPStore client (``_create_c10d_sto
 ``TCPStore::TCPStore -> Socket::connect -> getaddrinfo -> __resolv_context_get ->
 __lll_lock_wait_private``, a futex wait on glibc's resolver lock, which torch's store server (a
 thread of that agent, reverse-resolving every peer it accepts) held at the fork. With ``fork`` the
-store now runs in a keeper process (``flytekitplugins_rootcause/agent/store_keeper.py``), so the
+store now runs in a keeper process (``rootcause_engine/agent/store_keeper.py``), so the
 agent that forks has no store thread; ``tests/agent/test_store_keeper.py`` checks that.
 """
 

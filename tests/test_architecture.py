@@ -7,13 +7,16 @@ rule holds for code paths no other test happens to run.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("rootcause_core", "backend_reader", "flytekitplugins_rootcause")
+PACKAGES = ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause")
 
 
 def module_files() -> Iterator[tuple[str, Path]]:
@@ -84,21 +87,31 @@ def test_no_import_circle_between_modules() -> None:
 
 # (the importing folder, what it may not import, except these modules)
 RULES = [
-    ("rootcause_core", ("backend_reader", "flytekitplugins_rootcause"), ()),
-    ("backend_reader", ("flytekitplugins_rootcause",), ()),
-    ("flytekitplugins_rootcause.worker", ("flytekitplugins_rootcause.agent", "flytekitplugins_rootcause.entrypoint",
-                                          "flytekitplugins_rootcause.task"), ()),
+    ("rootcause_core", ("backend_reader", "rootcause_engine", "flytekitplugins_rootcause"), ()),
+    ("backend_reader", ("rootcause_engine", "flytekitplugins_rootcause"), ()),
+    # the engine runs in the agent and the workers of any front-end: no front-end, no reader
+    ("rootcause_engine", ("flytekitplugins_rootcause", "backend_reader"), ()),
+    ("rootcause_engine.worker", ("rootcause_engine.agent",), ()),
     # the soft-restart API runs in workers: the same rule as the worker folder
-    ("flytekitplugins_rootcause.soft_restart",
-     ("flytekitplugins_rootcause.agent", "flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task"), ()),
-    ("flytekitplugins_rootcause.agent", ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task"), ()),
-    ("flytekitplugins_rootcause.entrypoint", ("flytekitplugins_rootcause.agent", "flytekitplugins_rootcause.worker",
-                                              "flytekitplugins_rootcause.task"),
-     ("flytekitplugins_rootcause.agent.failure_sink",)),
+    ("rootcause_engine.soft_restart", ("rootcause_engine.agent",), ()),
+    # the seams know upstream, not the project: everything else calls them, never the other way round
+    ("rootcause_engine.upstream", ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause"),
+     ("rootcause_engine.upstream",)),
+    ("flytekitplugins_rootcause.upstream",
+     ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause"),
+     ("flytekitplugins_rootcause.upstream", "rootcause_engine.upstream")),
+    # the entrypoint runs around the task in the pod's main process, torch not loaded: of the engine,
+    # only the last-resort sink the watchdog hands its report to
+    ("flytekitplugins_rootcause.entrypoint",
+     ("rootcause_engine", "backend_reader", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.straggler"),
+     ("rootcause_engine.agent.failure_sink",)),
     ("flytekitplugins_rootcause.config", ("flytekitplugins_rootcause.task",), ()),
-    # the seam knows upstream, not the plugin: everything else calls it, never the other way round
-    ("flytekitplugins_rootcause.upstream", ("flytekitplugins_rootcause", "rootcause_core", "backend_reader"),
-     ("flytekitplugins_rootcause.upstream",)),
+    # the straggler check runs in the workers and its task type in the pod; it may use the engine
+    # (the rendezvous host, the store keepers), not the root-cause task, its entrypoint or its Deck
+    ("flytekitplugins_rootcause.straggler",
+     ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck",
+      "flytekitplugins_rootcause.exceptions", "flytekitplugins_rootcause.simulation"),
+     ("flytekitplugins_rootcause.simulation.loopback",)),
 ]
 
 
@@ -115,13 +128,82 @@ def test_each_folder_imports_only_what_its_process_may(folder: str, forbidden: t
     assert not broken, broken
 
 
-def test_every_module_is_in_a_folder_the_rules_know() -> None:
+#: Every room of the tree and the rule that governs it (docs/architecture.md has one row for each).
+ROOMS = {
+    "rootcause_core": "rootcause_core",
+    "backend_reader": "backend_reader",
+    "rootcause_engine": "rootcause_engine",
+    "rootcause_engine.agent": "rootcause_engine",
+    "rootcause_engine.worker": "rootcause_engine.worker",
+    "rootcause_engine.upstream": "rootcause_engine.upstream",
+    "rootcause_engine.soft_restart": "rootcause_engine.soft_restart",
+    "rootcause_engine.distributed": "rootcause_engine",
+    "flytekitplugins_rootcause.upstream": "flytekitplugins_rootcause.upstream",
+    "flytekitplugins_rootcause.entrypoint": "flytekitplugins_rootcause.entrypoint",
+    "flytekitplugins_rootcause.config": "flytekitplugins_rootcause.config",
+    "flytekitplugins_rootcause.straggler": "flytekitplugins_rootcause.straggler",
+    # the front-end's top level and local-run code: anything above them, nothing imports them back
+    "flytekitplugins_rootcause": None,
+    "flytekitplugins_rootcause.simulation": None,
+}
+
+
+def room_of(module: str) -> str | None:
+    """The most specific room ``module`` lives in."""
+    return max((room for room in ROOMS if inside(module, room)), key=len, default=None)
+
+
+def test_every_module_is_in_a_room_the_rules_know() -> None:
     """A new module lands in a known room (or the rules and docs/architecture.md learn about it)."""
-    top_level = {"__init__", "config", "task", "exceptions", "demo", "distributed", "soft_restart"}
-    rooms = {"worker", "agent", "entrypoint", "upstream", "straggler", "simulation"}
-    strays = [
-        name for name in GRAPH
-        if name.startswith("flytekitplugins_rootcause.")
-        and name.split(".")[1] not in top_level | rooms
-    ]
+    strays = [name for name in GRAPH if room_of(name) is None]
     assert not strays, strays
+    ruled = {rule[0] for rule in RULES}
+    assert {rule for rule in ROOMS.values() if rule is not None} <= ruled
+
+
+def test_nothing_imports_the_front_end_s_top_level_or_its_simulation_back() -> None:
+    """The task, its exceptions and its Deck are the front-end's last step; the simulation is local-run
+    code. Of the front-end, only the front-end's own top level and simulation may import them."""
+    tops = ("flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck", "flytekitplugins_rootcause.demo")
+    broken = sorted(
+        f"{name} -> {target}"
+        for name in GRAPH
+        if room_of(name) not in ("flytekitplugins_rootcause", "flytekitplugins_rootcause.simulation")
+        for target in edges(name)
+        if inside(target, *tops)
+    )
+    assert not broken, broken
+
+
+FRONT_ENDS = ("flytekit", "flytekitplugins", "flyte", "flyteplugins", "flyteidl", "flyteidl2")
+
+
+def test_the_engine_imports_no_front_end_in_its_source() -> None:
+    """No engine module names flytekit, kfpytorch or flyte in an import, nested imports included."""
+    broken = []
+    for name, path in module_files():
+        if not inside(name, "rootcause_engine"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            broken += [f"{name} -> {module}" for module in names if module.split(".")[0] in FRONT_ENDS]
+    assert not broken, broken
+
+
+def test_importing_every_engine_module_loads_no_front_end() -> None:
+    """The engine is usable without flytekit: a fresh interpreter imports every engine module and
+    finds no flytekit, kfpytorch or flyte module loaded (only what the interpreter itself had at
+    start, e.g. a namespace package's ``.pth`` stub)."""
+    engine = sorted(name for name, _ in module_files() if inside(name, "rootcause_engine"))
+    code = (
+        "import importlib, json, sys\n"
+        "before = set(sys.modules)\n"
+        f"for name in {engine!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {FRONT_ENDS!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

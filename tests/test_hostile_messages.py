@@ -27,12 +27,8 @@ from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
-from flytekitplugins_rootcause.agent.diagnosis.root_cause import root_cause_error
-from flytekitplugins_rootcause.agent.diagnosis.selection import WorkerEvidence, rank_failures
-from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
 from flytekitplugins_rootcause.entrypoint.error_documents import last_resort_document, per_worker_file_name
-from flytekitplugins_rootcause.worker.recorder import build_error_file, read_error_file
+from flytekitplugins_rootcause.exceptions import root_cause_error
 from rootcause_core.safe_text import (
     MAX_DOCUMENT_BYTES,
     MAX_REPORT_BYTES,
@@ -42,6 +38,12 @@ from rootcause_core.safe_text import (
 )
 from rootcause_core.testimony import for_failure, with_testimony
 from rootcause_core.worker_names import current_worker_name, display_worker_name, raw_worker_name
+from rootcause_engine.agent.death_watcher import ProcessExit
+from rootcause_engine.agent.diagnosis.pipeline import report_for
+from rootcause_engine.agent.diagnosis.selection import rank_failures
+from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_record import WorkerRecord
+from rootcause_engine.worker.recorder import build_error_file, read_error_file
 from testbed.object_stores import ObjectStore
 from testbed.reader_support import BASE_NS, error_document
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
@@ -103,16 +105,17 @@ def _pod_documents(error: BaseException, folder: Path, attempt_dir: Path) -> tup
     torch_view = ProcessFailure(local_rank=1, pid=101, exitcode=1, error_file=str(error_file))  # torch reads it
     assert torch_view.message["message"].startswith(safe_text(type(error).__name__))
     evidence = [
-        WorkerEvidence(LaunchedWorker(0, 1, 1, 0, 101, str(error_file)), ProcessExit(101, ROOT_NS + 1000, 1, None),
+        WorkerRecord(LaunchedWorker(0, 1, 1, 0, 101, str(error_file)), ProcessExit(101, ROOT_NS + 1000, 1, None),
                        read_error_file(str(error_file))),
-        WorkerEvidence(LaunchedWorker(0, 0, 0, 0, 100, str(attempt_dir / "0" / "error.json")),
+        WorkerRecord(LaunchedWorker(0, 0, 0, 0, 100, str(attempt_dir / "0" / "error.json")),
                        ProcessExit(100, TEARDOWN_NS + 1000, None, 15), None),
     ]
     failures = rank_failures(evidence, teardown_ns=TEARDOWN_NS, worker=current_worker_name(), host="host-a")
     assert failures[0].global_rank == 1
     worker = display_worker_name(raw_worker_name(os.environ))
-    document = last_resort_document(root_cause_error(failures), worker)
-    (folder / per_worker_file_name(raw_worker_name(os.environ), uuid.uuid4().hex, document)).write_bytes(document)
+    plan, document = last_resort_document(root_cause_error(report_for(failures)), worker)
+    name = per_worker_file_name(raw_worker_name(os.environ), uuid.uuid4().hex, plan.listing_key)
+    (folder / name).write_bytes(document)
     return worker, document
 
 

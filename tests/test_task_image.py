@@ -29,7 +29,7 @@ from tests.elastic_tasks import serialization
 
 REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = ("flytekitplugins-rootcause", "flyte-rootcause-reader")
-OUR_PACKAGES = ("flytekitplugins_rootcause", "backend_reader", "rootcause_core")
+OUR_PACKAGES = ("flytekitplugins_rootcause", "rootcause_engine", "backend_reader", "rootcause_core")
 
 sys.path.insert(0, str(REPO / "examples"))
 import image_spec  # noqa: E402  (examples/ is not a package: pyflyte puts its folder on sys.path too)
@@ -153,7 +153,7 @@ def test_the_image_spec_builds_the_same_image(tmp_path: Path, monkeypatch: pytes
             'RUN python -m venv "$VENV"',
             'ENV PATH="$VENV/bin:$PATH"',
             *copies,
-            "RUN " + install.replace("uv pip install", "pip install").replace("/root", "$ROOT_DIR"),
+            "RUN " + re.sub(r"/root(?=/|\s|$)", "$ROOT_DIR", install.replace("uv pip install", "pip install")),
         ]
     )
     (tmp_path / "Dockerfile.replayed").write_text(replayed + "\n")

@@ -5,11 +5,13 @@ document per worker (``error-<worker>-<uuid>.<listing key>.pb``) and creates ``e
 absent:
 
 - :mod:`.command`: the click command (flytekit's callback, with its error-file hooks swapped);
-- :mod:`.error_documents`: what goes in the document, its name, and whether to write ours at all;
+- :mod:`.error_documents`: what goes in the document, its name, and whether to write ours at all
+  (one plan per exception, made from the exception);
 - :mod:`.error_upload`: the writes themselves (one store call each, create-if-absent).
 
-May import: the shared core, the reader's parser (``backend_reader.documents``, so a name's listing
-key is what the reader will parse), flytekit, :mod:`flytekitplugins_rootcause.agent.failure_sink`,
+May import: the shared core (which holds the listing key's rule, so a name's key is what the reader
+will parse without this package importing ``backend_reader``), flytekit,
+:mod:`rootcause_engine.agent.failure_sink`,
 :mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (every hook into flytekit's internals).
 Not torch: plain tasks run through this command without importing it.
 """

@@ -10,7 +10,9 @@ because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execut
   as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file with one
   store call, instead of riding along in flytekit's recursive engine-folder upload;
 - stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
-  the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first).
+  the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first), all from
+  one plan per exception (:class:`~flytekitplugins_rootcause.entrypoint.error_documents.ErrorDocumentPlanner`),
+  which also gives the file's listing key and the documents for lost peers.
 
 This is done by swapping, for the duration of one command, the module-level helpers flytekit's
 ``_dispatch_execute`` looks up (``_build_error_file_name``, ``_get_worker_name``,
@@ -41,13 +43,11 @@ import click
 from flytekit.core.context_manager import FlyteContext
 from flytekit.loggers import logger
 
-from flytekitplugins_rootcause.agent.failure_sink import failure_sink
 from flytekitplugins_rootcause.entrypoint.error_documents import (
     DIST_ERROR_STRATEGY_ENV_VARS,
+    ErrorDocumentPlanner,
     ErrorFilePolicy,
     decide_policy,
-    error_message,
-    exact_error_timestamp,
     last_resort_document,
 )
 from flytekitplugins_rootcause.entrypoint.error_upload import (
@@ -59,6 +59,7 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
+from rootcause_engine.agent.failure_sink import failure_sink
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -113,27 +114,20 @@ class _LoadedTask:
         return config
 
 
-def _exact_error_timestamp(e: Exception | None = None) -> Any:
-    """flytekit's ``get_container_error_timestamp``, exact to the ns for root-cause errors."""
-    exact = exact_error_timestamp(e)
-    return exact if exact is not None else flytekit_entrypoint.container_error_timestamp(e)
-
-
-def _error_message(e: Exception) -> str:
-    """flytekit's ``get_traceback_str``, replaced by the root-cause report for root-cause errors."""
-    return error_message(flytekit_entrypoint.traceback_str(e), e)
-
-
 @dataclasses.dataclass
 class _ErrorFileRouter:
     """Takes the staged error document out of flytekit's engine-folder upload and writes it our way.
 
-    Every other ``put_data`` call (outputs, decks, user data) goes to flytekit's own method.
+    The staged bytes are flytekit's own serialization (code, kind and origin are flytekit's): they
+    are written as they are, named from the plan the hooks made for the same exception
+    (``planner.staged_plan()``), never parsed. Every other ``put_data`` call (outputs, decks, user
+    data) goes to flytekit's own method.
     """
 
     put_data: Callable[..., Any]
     engine_dir: str
     worker: str
+    planner: ErrorDocumentPlanner
     policy: ErrorFilePolicy
     filesystems: FilesystemSource
 
@@ -145,7 +139,8 @@ class _ErrorFileRouter:
             with open(staged, "rb") as handle:
                 document = handle.read()
             os.remove(staged)
-            _log_outcome(write_error_documents(remote_path, document, self.worker, self.policy, self.filesystems))
+            plan = self.planner.staged_plan()
+            _log_outcome(write_error_documents(remote_path, document, self.worker, plan, self.policy, self.filesystems))
             _FAILURE_DOCUMENTED.set()
         if not os.listdir(self.engine_dir):
             return remote_path  # flytekit would have uploaded only the error document
@@ -176,25 +171,33 @@ def _dispatch_execute(
         return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 
     worker = raw_worker_name(os.environ)
+    document_worker = display_worker_name(worker)
     file_access = ctx.file_access
+    planner = ErrorDocumentPlanner(
+        document_worker,
+        flytekit_message=flytekit_entrypoint.traceback_str,
+        flytekit_timestamp=flytekit_entrypoint.container_error_timestamp,
+    )
     router = _ErrorFileRouter(
         put_data=file_access.put_data,
         engine_dir=ctx.execution_state.engine_dir,
         worker=worker,
+        planner=planner,
         policy=policy,
         filesystems=file_access,
     )
+
     def write_last_resort(error: BaseException) -> None:
         """For the agent watchdog: write this pod's error files for ``error`` before it exits."""
-        document = last_resort_document(error, display_worker_name(worker))
-        _log_outcome(write_error_documents(output_prefix, document, worker, policy, file_access))
+        plan, document = last_resort_document(error, document_worker)
+        _log_outcome(write_error_documents(output_prefix, document, worker, plan, policy, file_access))
 
     with (
         flytekit_entrypoint.error_document_hooks(
             error_file_name=lambda: STAGED_ERROR_FILE_NAME,
-            worker_name=lambda: display_worker_name(worker),
-            error_timestamp=_exact_error_timestamp,
-            error_message=_error_message,
+            worker_name=lambda: document_worker,
+            error_timestamp=planner.error_timestamp,
+            error_message=planner.error_message,
         ),
         flytekit_entrypoint.put_data_replaced(file_access, router),
         failure_sink(write_last_resort, destination=output_prefix),

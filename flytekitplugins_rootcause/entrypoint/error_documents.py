@@ -11,9 +11,18 @@
   ending with the pod's testimony (``rootcause_core.testimony``). A pod whose root cause is a
   victim stamps its document ``VICTIM_STAMP_DELAY_NS`` after the failure, so that upstream Flyte's
   earliest-timestamp rule, which the console shows, picks a root-cause candidate's document over
-  it despite clock skew between nodes; its testimony keeps the true time for this project's reader.
+  it despite clock skew between nodes; its testimony keeps the true time for this project's reader;
+- the documents written for the peers this pod found lost (they write nothing themselves).
 
 Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
+
+All of it, for one exception, is one :class:`ErrorDocumentPlan`, made once from the exception:
+flytekit's hooks answer from it (:class:`ErrorDocumentPlanner`), the upload names the files and
+writes the lost peers' documents from it, and the agent watchdog's last-resort document is built
+from it (:func:`last_resort_document`). Why: the exception already holds everything; the document's
+listing key is the reader's own rule applied to the very message and stamp the plan writes
+(``rootcause_core.error_files.listing_key_for_container``), so it agrees with what the reader will
+parse without the pod parsing its own bytes, and this package needs nothing of ``backend_reader``.
 
 The message always follows ``rootcause_core.safe_text``: escaped (a lone surrogate would make
 protobuf refuse to encode the document, and the pod would write none) and within propeller's
@@ -24,27 +33,27 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from flyteidl.core import errors_pb2, execution_pb2
-from flytekit.core.constants import ERROR_FILE_NAME
 from flytekit.exceptions.base import FlyteException
 from flytekit.exceptions.system import FlyteSystemException
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from backend_reader.documents import listing_key_for
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
-from rootcause_core.error_files import keyed_file_name, per_worker_stem
+from rootcause_core.error_files import ListingKey, keyed_file_name, listing_key_for_container, per_worker_stem
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 from rootcause_core.testimony import (
+    LostPeer,
+    Member,
     PodTestimony,
     describe_lost_peer,
     for_failure,
     for_lost_peer,
-    read_testimony,
     with_testimony,
 )
 from rootcause_core.timestamps import to_protobuf
@@ -56,8 +65,6 @@ if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoi
 #: Environment variables the backend sets when it aggregates ``error*.pb`` files (same as flytekit).
 DIST_ERROR_STRATEGY_ENV_VARS: tuple[str, ...] = ("FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "_F_DES")
 
-#: The single error file every Flyte backend reads (and the only one without aggregation).
-SHARED_ERROR_FILE_NAME: str = ERROR_FILE_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,15 +98,48 @@ def decide_policy(dist_error_strategy: str, config: ElasticRootCause | None) -> 
     return ErrorFilePolicy(per_worker_files=per_worker, error_pb_if_absent=if_absent)
 
 
-def per_worker_file_name(worker: str, token: str, document: bytes) -> str:
-    """``error-<sanitized worker>-<token>.<listing key>.pb`` for the serialized ``document``.
+def per_worker_file_name(worker: str, token: str, key: ListingKey | None) -> str:
+    """``error-<sanitized worker>-<token>.<listing key>.pb``: the file of a document written for ``worker``.
 
     ``token`` is a fresh uuid hex per write. The name starts with ``error`` and ends with ``.pb``,
-    the pattern Flyte's aggregating reader lists; the listing key (role and time, as the reader
-    will parse them from ``document``) lets ``backend_reader`` skip downloading files that cannot
-    be the root cause. A document the reader could not parse gets no key and is simply read.
+    the pattern Flyte's aggregating reader lists; the listing key (a plan's: role and time, as the
+    reader will parse them from the document) lets ``backend_reader`` skip downloading files that
+    cannot be the root cause. Without a key (a time the reader would refuse, or a document nothing
+    is known of) the file gets a plain name and is simply read.
     """
-    return keyed_file_name(per_worker_stem(worker, token), listing_key_for(document))
+    return keyed_file_name(per_worker_stem(worker, token), key)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorDocumentPlan:
+    """What this pod writes for one exception, decided once, from the exception.
+
+    ``message`` and ``timestamp`` go into the document's ``ContainerError`` (flytekit adds code,
+    kind, origin and worker); ``listing_key`` is what the reader will parse from that document,
+    derived from those two fields when the plan is made, so it cannot disagree with them;
+    ``testimony`` is the pod's (root-cause errors only); ``lost_peer_documents`` are the documents
+    written for the peers the pod found lost. The plan holds no serialized copy of the pod's own
+    document: flytekit serializes it, and the upload writes those bytes under this plan's name.
+    """
+
+    message: str
+    timestamp: Timestamp = dataclasses.field(hash=False)  # a protobuf message: compared, never hashed
+    testimony: PodTestimony | None = None
+    lost_peer_documents: tuple[LostPeerDocument, ...] = ()
+    listing_key: ListingKey | None = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "listing_key", listing_key_for_container(self.message, self.timestamp))
+
+
+@dataclasses.dataclass(frozen=True)
+class LostPeerDocument:
+    """A document this pod writes for a peer it found lost: the peer's name (its file is named for
+    it, as the peer would have named its own), the document's plan, and the serialized document."""
+
+    worker: str
+    plan: ErrorDocumentPlan
+    data: bytes
 
 
 def carried_root_cause(exc: BaseException | None) -> RootCauseDetails | None:
@@ -122,72 +162,152 @@ def testimony(error: RootCauseDetails) -> PodTestimony:
     )
 
 
+def plan_root_cause(
+    error: RootCauseDetails, worker: str, fallback_timestamp: Callable[[], Timestamp]
+) -> ErrorDocumentPlan:
+    """The plan for an ``ElasticRootCause*Error``, made from the exception alone.
+
+    The message is the report, which is what a person needs: its first line names the root cause
+    behind the role marker (which readers parse, ``rootcause_core.roles``), then comes the root
+    cause's own traceback and one line per other failure. flytekit's text would open with the
+    agent's internal traceback instead. A report without a marker (an error built by hand) gets
+    one; its last line is the pod's testimony (:func:`_testified`). The stamp is the testimony's
+    (the root cause's time, a victim's moved by its stamp delay), or ``fallback_timestamp()``
+    (flytekit's own) when the error carries no time. ``worker`` is the document's ``worker``: the
+    documents written for lost peers name it as their reporter.
+    """
+    said = testimony(error)
+    report = error.report
+    if role_from_marker(report.splitlines()[0] if report else "") is None:
+        report = f"{role_marker(error.root_cause.role)} {report}"
+    stamped = said.stamped_ns()
+    noticed = said.failed_at_ns if said.failed_at_ns is not None else time.time_ns()
+    return ErrorDocumentPlan(
+        message=_testified(report, said),
+        timestamp=fallback_timestamp() if stamped is None else to_protobuf(stamped),
+        testimony=said,
+        lost_peer_documents=lost_peer_documents(error.lost_peers, error.members, noticed_ns=noticed, reporter=worker),
+    )
+
+
+def plan_flytekit_error(message: str, timestamp: Timestamp) -> ErrorDocumentPlan:
+    """The plan for any other error: flytekit's own message (made safe and bounded, as every
+    message) and flytekit's own stamp; no testimony, no lost peers.
+
+    Its listing key follows from those two like any document's: the role from the message (a role
+    marker if the text holds one, else the reader's text patterns for unmarked messages, so a
+    user's ``connection reset by peer`` reads as a victim on both sides), the time from the stamp.
+    """
+    return ErrorDocumentPlan(message=bounded_text(message, MAX_REPORT_BYTES), timestamp=timestamp)
+
+
 #: ``ContainerError.code`` of a document written for a lost pod (flytekit's ``ORIGIN:Name`` form).
 LOST_POD_CODE = "SYSTEM:LostPod"
 
 
-def lost_peer_documents(document: bytes) -> list[tuple[str, bytes]]:
-    """For each peer this pod's document names as lost: ``(that pod's name, a document for it)``.
+def lost_peer_documents(
+    lost: Sequence[LostPeer], members: Sequence[Member], *, noticed_ns: int, reporter: str
+) -> tuple[LostPeerDocument, ...]:
+    """For each peer in ``lost`` (an exception's ``lost_peers``): a document for it.
 
     A lost pod writes nothing, so its peers write for it (``rootcause_core.testimony``): the
     document's ``worker`` is the lost pod, its message says what is known (``[lost pod]`` marker
     first), its kind is recoverable and its origin the system (a lost node is nobody's code), and it
-    is stamped ``LOST_PEER_STAMP_DELAY_NS`` after the moment the peers lost it. Decided from the
-    document itself, so the normal path and the watchdog's last-resort path write the same. A
-    document that is itself written for a lost pod, or that names none, yields nothing.
+    is stamped ``LOST_PEER_STAMP_DELAY_NS`` after ``noticed_ns``, the moment the peers lost it.
+    The message is made safe and bounded like any other: a peer's name comes from another pod's
+    environment, and one lone surrogate in it would make protobuf refuse the document.
     """
-    parsed = errors_pb2.ErrorDocument()
-    try:
-        parsed.ParseFromString(document)
-    except Exception:  # not ours to judge here: the pod's own document is written as it is
-        return []
-    said = read_testimony(parsed.error.message)
-    if said is None or said.reported_by is not None or not said.lost:
-        return []
-    reporter = parsed.error.worker
-    noticed = said.failed_at_ns if said.failed_at_ns is not None else time.time_ns()
-    written = []
-    for peer in said.lost:
-        peer_testimony = for_lost_peer(peer, noticed_ns=noticed, reported_by=reporter, members=said.members)
-        report = f"{role_marker(Role.LOST_PEER)} {describe_lost_peer(peer, noticed_ns=noticed, reported_by=reporter)}"
+    documents = []
+    for peer in lost:
+        said = for_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter, members=tuple(members))
+        described = describe_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter)
+        plan = ErrorDocumentPlan(
+            message=_testified(f"{role_marker(Role.LOST_PEER)} {described}", said),
+            timestamp=to_protobuf(said.stamped_ns() or noticed_ns),
+            testimony=said,
+        )
         container = errors_pb2.ContainerError(
             code=LOST_POD_CODE,
-            message=with_testimony(report, peer_testimony),
+            message=plan.message,
             kind=errors_pb2.ContainerError.RECOVERABLE,
             origin=execution_pb2.ExecutionError.SYSTEM,
-            timestamp=to_protobuf(peer_testimony.stamped_ns() or noticed),
+            timestamp=plan.timestamp,
             worker=display_worker_name(peer.worker),
         )
-        written.append((peer.worker, errors_pb2.ErrorDocument(error=container).SerializeToString()))
-    return written
+        data = errors_pb2.ErrorDocument(error=container).SerializeToString()
+        documents.append(LostPeerDocument(peer.worker, plan, data))
+    return tuple(documents)
 
 
-def exact_error_timestamp(exc: BaseException | None) -> Timestamp | None:
-    """The document's time: the root cause's, to the ns (a victim's moved by its stamp delay), or
-    ``None`` when ``exc`` carries none."""
-    error = carried_root_cause(exc)
-    stamped = None if error is None else testimony(error).stamped_ns()
-    return None if stamped is None else to_protobuf(stamped)
-
-
-def error_message(flytekit_message: str, exc: BaseException | None) -> str:
-    """The ``ContainerError`` message: the root-cause report for root-cause errors, else flytekit's.
-
-    For an ``ElasticRootCause*Error`` the report is what a person needs: its first line names the
-    root cause behind the role marker (which readers parse, ``rootcause_core.roles``), then comes
-    the root cause's own traceback and one line per other failure. flytekit's text would open with
-    the agent's internal traceback instead. A report without a marker (an error built by hand)
-    gets one; its last line is the pod's testimony. Messages of other errors stay flytekit's.
-    Either is made safe and bounded (``safe_text.bounded_text``, to ``MAX_REPORT_BYTES`` in all).
-    """
-    error = carried_root_cause(exc)
-    if error is None:
-        return bounded_text(flytekit_message, MAX_REPORT_BYTES)
-    report = error.report
-    if role_from_marker(report.splitlines()[0] if report else "") is None:
-        report = f"{role_marker(error.root_cause.role)} {report}"
-    said = testimony(error)
+def _testified(report: str, said: PodTestimony) -> str:
+    """``report``, made safe and cut to leave room, then the testimony line: within ``MAX_REPORT_BYTES``
+    in all, and the testimony survives any cut (it is the line readers parse)."""
     return with_testimony(bounded_text(report, MAX_REPORT_BYTES - len(said.line()) - 1), said)
+
+
+class ErrorDocumentPlanner:
+    """flytekit's error-document hooks for one task run, answered from one plan per exception.
+
+    flytekit's ``_dispatch_execute`` asks for the document's message (``get_traceback_str``) and its
+    stamp (``get_container_error_timestamp``) in two calls, passing the Flyte wrapper to one and the
+    exception it wraps to the other. For a root-cause error the plan is made at the first of them
+    and kept for that exception (by identity), so the second answers from the same plan. For any
+    other error flytekit's own message and stamp are kept as they pass through, and
+    :meth:`staged_plan` makes the plan of both.
+    """
+
+    def __init__(
+        self,
+        worker: str,
+        *,
+        flytekit_message: Callable[[Exception], str],
+        flytekit_timestamp: Callable[[Exception | None], Timestamp],
+    ) -> None:
+        """``worker``: the document's ``worker``; the callables: flytekit's own hooks."""
+        self._worker = worker
+        self._flytekit_message = flytekit_message
+        self._flytekit_timestamp = flytekit_timestamp
+        self._root_cause: RootCauseDetails | None = None
+        self._root_cause_plan: ErrorDocumentPlan | None = None
+        self._message: str | None = None
+        self._timestamp: Timestamp | None = None
+
+    def error_message(self, e: Exception) -> str:
+        """``get_traceback_str``: the plan's message for a root-cause error, else flytekit's (bounded)."""
+        plan = self._root_cause_plan_for(e)
+        if plan is not None:
+            return plan.message
+        self._message = bounded_text(self._flytekit_message(e), MAX_REPORT_BYTES)
+        return self._message
+
+    def error_timestamp(self, e: Exception | None = None) -> Timestamp:
+        """``get_container_error_timestamp``: the plan's stamp for a root-cause error, else flytekit's."""
+        plan = self._root_cause_plan_for(e)
+        if plan is not None:
+            return plan.timestamp
+        self._timestamp = self._flytekit_timestamp(e)
+        return self._timestamp
+
+    def staged_plan(self) -> ErrorDocumentPlan | None:
+        """The plan of the document flytekit staged in this run.
+
+        ``None`` when flytekit stamped a document without asking for its message (its error for an
+        output type it does not know): nothing is known of that one, so its file gets a plain name.
+        """
+        if self._root_cause_plan is not None:
+            return self._root_cause_plan
+        if self._message is None or self._timestamp is None:
+            return None
+        return plan_flytekit_error(self._message, self._timestamp)
+
+    def _root_cause_plan_for(self, e: Exception | None) -> ErrorDocumentPlan | None:
+        error = carried_root_cause(e)
+        if error is None:
+            return None
+        if error is not self._root_cause:
+            plan = plan_root_cause(error, self._worker, lambda: self._flytekit_timestamp(error))
+            self._root_cause, self._root_cause_plan = error, plan
+        return self._root_cause_plan
 
 
 def _error_code(exc: BaseException) -> str:
@@ -202,30 +322,35 @@ def _error_code(exc: BaseException) -> str:
     return "SYSTEM"
 
 
-def last_resort_document(exc: BaseException, worker: str) -> bytes:
-    """The serialized ``ErrorDocument`` for an error the agent watchdog reports while exiting.
+def last_resort_document(exc: BaseException, worker: str) -> tuple[ErrorDocumentPlan, bytes]:
+    """The plan and the serialized ``ErrorDocument`` for an error the agent watchdog reports while exiting.
 
     No exception unwinds to flytekit's ``_dispatch_execute`` then, so the document is built here,
     with the stamps ``_dispatch_execute`` would give: user origin for a worker's failure, system
-    origin for a hang without one (``AgentHungError``), the kind from recoverability, the root
-    cause's exact time (or now), the report as the message.
+    origin for a hang without one (``AgentHungError``), the kind from recoverability. Its plan is
+    made as the hooks make it, with the report (or the exception's summary) standing for flytekit's
+    message and now for flytekit's time, so the files are named and the lost peers' documents
+    written exactly as on the normal path.
     """
+    document_worker = safe_line(worker)
+    error = carried_root_cause(exc)
+    if error is not None:
+        plan = plan_root_cause(error, document_worker, lambda: to_protobuf(time.time_ns()))
+    else:
+        plan = plan_flytekit_error(getattr(exc, "report", None) or exception_summary(exc), to_protobuf(time.time_ns()))
     container = errors_pb2.ContainerError
     recoverable = isinstance(exc, FlyteRecoverableException | FlyteSystemException)
     origin = execution_pb2.ExecutionError.SYSTEM if isinstance(exc, FlyteSystemException) else (
         execution_pb2.ExecutionError.USER
     )
-    timestamp = exact_error_timestamp(exc) or to_protobuf(time.time_ns())
-    code = _error_code(exc)
-    report = getattr(exc, "report", None) or exception_summary(exc)
     document = errors_pb2.ErrorDocument(
         error=container(
-            code=safe_line(code),
-            message=error_message(report, exc),
+            code=safe_line(_error_code(exc)),
+            message=plan.message,
             kind=container.RECOVERABLE if recoverable else container.NON_RECOVERABLE,
             origin=origin,
-            timestamp=timestamp,
-            worker=safe_line(worker),
+            timestamp=plan.timestamp,
+            worker=document_worker,
         )
     )
-    return document.SerializeToString()
+    return plan, document.SerializeToString()

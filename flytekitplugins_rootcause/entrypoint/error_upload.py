@@ -34,11 +34,12 @@ from fsspec.asyn import AsyncFileSystem
 from fsspec.utils import get_protocol
 
 from flytekitplugins_rootcause.entrypoint.error_documents import (
-    SHARED_ERROR_FILE_NAME,
+    ErrorDocumentPlan,
     ErrorFilePolicy,
-    lost_peer_documents,
     per_worker_file_name,
 )
+from rootcause_core import store_paths
+from rootcause_core.error_files import ERROR_FILE_NAME
 
 _MAX_REASON_LENGTH = 300
 #: Tries of a create-if-absent that S3 answered with a write conflict, and the backoff step between.
@@ -206,9 +207,9 @@ def store_for(prefix: str, filesystems: FilesystemSource) -> ErrorStore:
 
 
 def join(prefix: str, name: str) -> str:
-    """``name`` directly under ``prefix`` (``name`` is already a single safe segment)."""
-    base = local_path(prefix) if is_local(prefix) else prefix
-    return f"{base.rstrip('/')}/{name}"
+    """``name`` directly under ``prefix`` (a single safe segment): a local prefix as a plain path, then
+    the one joining rule both sides use (``rootcause_core.store_paths``)."""
+    return store_paths.join(local_path(prefix) if is_local(prefix) else prefix, name)
 
 
 #: What the usual errors mean here (gcsfs, for one, says only the URL it was refused at).
@@ -230,27 +231,34 @@ def write_error_documents(
     output_prefix: str,
     document: bytes,
     worker: str,
+    plan: ErrorDocumentPlan | None,
     policy: ErrorFilePolicy,
     filesystems: FilesystemSource,
 ) -> WriteOutcome:
     """Write ``document`` (a serialized ``ErrorDocument``) as ``policy`` says; raise if any write fails.
 
+    ``plan`` is the document's (``error_documents.ErrorDocumentPlan``): its listing key names the
+    per-worker file, and its documents for the peers this pod found lost are written too. ``None``
+    for a document nothing is known of: a plain name, no other document. The bytes themselves are
+    written as given, never parsed here.
+
     The per-worker file is written first: it is the one that cannot collide, so the most useful
-    copy is in place before the contended ``error.pb``. With per-worker files, a document for each
-    peer this pod found lost follows (``error_documents.lost_peer_documents``), named for that peer.
-    ``error.pb`` (for backends that read only that file) gets the document of the first lost peer
-    when there is one: this pod's own document then names only a victim.
+    copy is in place before the contended ``error.pb``. With per-worker files, the lost peers'
+    documents follow, each named for its peer. ``error.pb`` (for backends that read only that file)
+    gets the document of the first lost peer when there is one: this pod's own document then names
+    only a victim.
     """
     failures: list[WriteFailure] = []
     per_worker_path = shared_path = None
     shared_created: bool | None = None
     store = store_for(output_prefix, filesystems)
-    written_for_lost = lost_peer_documents(document)
+    written_for_lost = plan.lost_peer_documents if plan is not None else ()
     if policy.per_worker_files:
-        per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex, document))
+        key = plan.listing_key if plan is not None else None
+        per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex, key))
         writes = [(per_worker_path, document)] + [
-            (join(output_prefix, per_worker_file_name(lost_worker, uuid.uuid4().hex, data)), data)
-            for lost_worker, data in written_for_lost
+            (join(output_prefix, per_worker_file_name(lost.worker, uuid.uuid4().hex, lost.plan.listing_key)), lost.data)
+            for lost in written_for_lost
         ]
         for path, data in writes:
             try:
@@ -258,9 +266,9 @@ def write_error_documents(
             except Exception as error:
                 failures.append(WriteFailure(path, _reason(error)))
     if policy.error_pb_if_absent:
-        shared_path = join(output_prefix, SHARED_ERROR_FILE_NAME)
+        shared_path = join(output_prefix, ERROR_FILE_NAME)
         try:
-            shared_created = store.create(shared_path, written_for_lost[0][1] if written_for_lost else document)
+            shared_created = store.create(shared_path, written_for_lost[0].data if written_for_lost else document)
         except Exception as error:
             failures.append(WriteFailure(shared_path, _reason(error)))
     if failures:

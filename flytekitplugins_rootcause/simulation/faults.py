@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from flytekitplugins_rootcause.agent.rendezvous_host import agent_hosts_rendezvous
+from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
 
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"

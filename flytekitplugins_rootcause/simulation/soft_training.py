@@ -26,10 +26,10 @@ import torch.distributed as dist
 from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
-from flytekitplugins_rootcause import soft_restart
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE
 from rootcause_core.worker_names import current_worker_name
+from rootcause_engine import soft_restart
 
 SOFT_LOG_DIR = "soft"
 #: Collective timeout of the soft-restart tasks' groups: a failure surfaces as a transport error at

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.agent.rendezvous_host import agent_hosts_rendezvous
 from flytekitplugins_rootcause.straggler import grouping
 from flytekitplugins_rootcause.straggler.decision import decide
 from flytekitplugins_rootcause.straggler.measure import (
@@ -40,6 +39,7 @@ from flytekitplugins_rootcause.straggler.samples import (
 )
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck, Workload
 from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
 
 
 def current_identity() -> WorkerIdentity:

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from flytekitplugins_rootcause.straggler.settings import Workload
+from rootcause_engine.distributed import default_backend, default_device
 
 #: Runs one compute trial (the callable it is given) and returns when it is done. The default just
 #: calls it; a harness can wrap it, e.g. ``simulate.py`` makes a simulated node's device slower
@@ -64,16 +65,18 @@ class DeviceChoice:
 
 
 def choose_device(local_rank: int) -> DeviceChoice:
-    """CUDA (this worker's GPU, NCCL, bf16 where the GPU supports it, else fp16) or CPU (gloo, fp32).
+    """CUDA (this worker's GPU, NCCL, bf16 where the GPU supports it, else fp16) or CPU (gloo, fp32);
+    the backend and device are the engine's one choice (:mod:`rootcause_engine.distributed`).
 
     fp32 on CPU because CPU bf16 matmul is emulated on many CPUs and would measure the emulation.
     """
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    backend = default_backend()
+    device = default_device(local_rank)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return DeviceChoice(device, "nccl", dtype)
-    return DeviceChoice(torch.device("cpu"), "gloo", torch.float32)
+        return DeviceChoice(device, backend, dtype)
+    return DeviceChoice(device, backend, torch.float32)
 
 
 def trial_clock(device: torch.device) -> Callable[[], float]:

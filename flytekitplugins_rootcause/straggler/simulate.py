@@ -185,7 +185,7 @@ def _agent_main(spec_path: str, index: int, port: int, run_id: str, workdir: str
     _say(f"agent {index} started")
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from flytekitplugins_rootcause.agent.store_keeper import stores_kept
+    from rootcause_engine.agent.store_keeper import stores_kept
 
     cluster: SimulatedCluster = pickle.loads(Path(spec_path).read_bytes())
     if cluster.cpus is not None:

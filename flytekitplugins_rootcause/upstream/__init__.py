@@ -1,76 +1,13 @@
-"""The one seam between this plugin and the internals of torch, flytekit and kfpytorch.
+"""The flytekit front-end's seam with flytekit and kfpytorch internals.
 
-The contract: every upstream symbol this plugin patches or reads privately is listed below and
-reached only through this package; outside it, the plugin uses upstream's public API only
-(``tests/test_upstream_seam.py`` scans for attribute writes on upstream objects elsewhere). Each
-seam module declares its symbols (``SYMBOLS``) and, at the first use of a patch, checks the
-installed versions and that every symbol exists (:func:`.versions.require`), raising
-:class:`.versions.UnsupportedUpstreamError` with the package, its version, the supported range
-and the missing symbol, instead of patching something that is not there. Each symbol has a smoke
-test. Nothing here is imported by ``import flytekitplugins_rootcause`` (flytekit imports that at
-its own import time), and this file imports nothing: torch is imported only by the torch modules.
+The contract is the engine's seam's (``rootcause_engine.upstream``, which holds torch's symbols):
+every flytekit and kfpytorch symbol this plugin patches or reads privately is listed below, declared
+in its module's ``SYMBOLS``, checked before the first patch, smoke-tested, and reached only through
+this package. Nothing here is imported by ``import flytekitplugins_rootcause`` (flytekit imports
+that at its own import time), and this file imports nothing.
 
-Supported (:data:`.versions.SUPPORTED`; verified: the symbols exist and the integration tests
-pass): torch ``>=2.13,<2.14`` (2.13.0), flytekit ``>=1.16,<1.17`` and flytekitplugins-kfpytorch
-``>=1.16,<1.17`` (1.16.31; the symbols also in 1.16.0). ``ROOTCAUSE_ALLOW_UNSUPPORTED_UPSTREAM=1``
-lets another version run (the symbols are still checked, their behaviour is not).
-
-- :mod:`.patching`: the one way to set an upstream attribute: :func:`.patching.patched` for a
-  block (restored exactly, also on error), :func:`.patching.wrap_attribute` for a per-attempt object.
-- :mod:`.versions`: the supported ranges and the check.
-- :mod:`.torch_elastic` (the agent; torch):
-  ``torch.distributed.elastic.agent.server.local_elastic_agent.start_processes`` (replaced for a
-  launch); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._rendezvous``
-  and ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._exit_barrier``
-  (wrapped for a launch); after a rendezvous, ``torch.distributed.elastic.agent.server.api.WorkerGroup.store``,
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.group_rank``,
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.group_world_size``,
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.workers`` and
-  ``torch.distributed.elastic.agent.server.api.Worker.global_rank`` (read, for the peer watch);
-  ``torch.distributed.elastic.multiprocessing.api.PContext.close`` (wrapped
-  per attempt); ``torch.distributed.elastic.multiprocessing.api.PContext.pids``,
-  ``torch.distributed.elastic.multiprocessing.api.PContext.envs``,
-  ``torch.distributed.elastic.multiprocessing.api.PContext.error_files``,
-  ``torch.distributed.elastic.multiprocessing.api.PContext.nprocs``,
-  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._pc``,
-  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._return_values``,
-  ``torch.distributed.elastic.multiprocessing.api.MultiprocessContext._worker_finished_event``,
-  ``torch.distributed.elastic.multiprocessing.api.SubprocessContext.subprocess_handlers``,
-  ``torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler.SubprocessHandler.proc``
-  (read); ``torch.multiprocessing.spawn.ProcessContext.join`` (wrapped per attempt),
-  ``torch.multiprocessing.spawn.ProcessContext.sentinels`` (read and reordered),
-  ``torch.multiprocessing.spawn.ProcessContext.processes`` (read);
-  ``torch.multiprocessing.spawn.ProcessExitedException`` (raised);
-  ``torch.distributed.elastic.rendezvous.utils._matches_machine_hostname`` (called: would torch host
-  the rendezvous store here?) and
-  ``torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server``
-  (replaced for a forking launch: the workers' store runs in a keeper process).
-- :mod:`.torch_agent_loop` (the agent, ``restart_policy="soft"``; torch):
-  ``torch.distributed.launcher.api.LocalElasticAgent`` (replaced for a launch by a subclass whose
-  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._invoke_run`` is overridden);
-  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._worker_group`` and
-  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._pcontext`` (read),
-  ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._remaining_restarts`` (read and
-  counted down); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._start_workers``,
-  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._stop_workers`` and
-  ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._monitor_workers`` (called);
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.spec``,
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.master_addr``,
-  ``torch.distributed.elastic.agent.server.api.WorkerGroup.master_port`` and
-  ``torch.distributed.elastic.agent.server.api.WorkerSpec.rdzv_handler`` (read);
-  ``torch.distributed.elastic.agent.server.api.Worker.local_rank``,
-  ``torch.distributed.elastic.agent.server.api.Worker.role_rank``,
-  ``torch.distributed.elastic.agent.server.api.Worker.world_size``,
-  ``torch.distributed.elastic.agent.server.api.Worker.role_world_size`` and
-  ``torch.distributed.elastic.agent.server.api.Worker.id`` (set, as each new world's ranks).
-- :mod:`.torch_worker` (each worker; torch):
-  ``torch.distributed.elastic.multiprocessing.errors.error_handler.ErrorHandler._get_error_file_path``
-  (called); ``torch.distributed.distributed_c10d.default_pg_timeout`` and
-  ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set);
-  ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries);
-  ``torch.distributed.distributed_c10d._abort_process_group`` (called: an NCCL world left under soft
-  restarts).
-- :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
+- :mod:`rootcause_engine.upstream.patching` and :mod:`rootcause_engine.upstream.versions`: the one way to
+  patch, and the version check, shared with the engine's seam.
 - :mod:`.flytekit_entrypoint` (the entrypoint; flytekit): ``flytekit.bin.entrypoint.execute_task_cmd``
   (reused), ``flytekit.bin.entrypoint._dispatch_execute`` (replaced while the command runs),
   ``flytekit.bin.entrypoint._build_error_file_name``, ``flytekit.bin.entrypoint._get_worker_name``,

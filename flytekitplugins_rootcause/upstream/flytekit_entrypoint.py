@@ -25,8 +25,8 @@ from typing import Any
 import click
 import flytekit.bin.entrypoint as flytekit_entrypoint
 
-from flytekitplugins_rootcause.upstream.patching import patched
-from flytekitplugins_rootcause.upstream.versions import Symbol, require
+from rootcause_engine.upstream.patching import patched
+from rootcause_engine.upstream.versions import Symbol, require
 
 _ENTRYPOINT = "flytekit.bin.entrypoint"
 

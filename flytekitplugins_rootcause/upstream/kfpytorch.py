@@ -13,8 +13,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flytekitplugins_rootcause.upstream.patching import patched
-from flytekitplugins_rootcause.upstream.versions import Symbol, require
+from rootcause_engine.upstream.patching import patched
+from rootcause_engine.upstream.versions import Symbol, require
 
 _TASK = "flytekitplugins.kfpytorch.task"
 

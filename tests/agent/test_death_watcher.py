@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher, ProcessExit
+from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
 
 #: Only a safety net against a watcher that never reports: a working one reports far sooner.
 NEVER_S = 120.0

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from flytekitplugins_rootcause.agent.diagnosis.selection import EXITED_WITHOUT_RESULT
-from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_engine.agent.diagnosis.selection import EXITED_WITHOUT_RESULT
+from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from tests.elastic_tasks import stalling_workers
 from tests.elastic_tasks.errors import root_cause_error_of
 from tests.watchdog_tasks.agent_process import agent_process

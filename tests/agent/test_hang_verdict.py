@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from flytekitplugins_rootcause.agent.death_watcher import ProcessExit
-from flytekitplugins_rootcause.agent.diagnosis.hang import hang_verdict, stalled_collective
-from flytekitplugins_rootcause.agent.diagnosis.selection import WorkerEvidence, rank_failures
-from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker
-from flytekitplugins_rootcause.agent.worker_probe import ProbeAnswer
-from flytekitplugins_rootcause.worker.recorder import RecordedError
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_engine.agent.death_watcher import ProcessExit
+from rootcause_engine.agent.diagnosis.hang import hang_verdict, stalled_collective
+from rootcause_engine.agent.diagnosis.selection import rank_failures
+from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_record import WorkerRecord
+from rootcause_engine.agent.worker_probe import ProbeAnswer
+from rootcause_engine.worker.recorder import RecordedError
 
 GLOO_TIMEOUT = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation"
 SLEEPING = 'Current thread 0x1 (most recent call first):\n  File "/app/train.py", line 12 in step\n'
@@ -76,9 +77,9 @@ def test_nothing_is_called_hung_without_a_stalled_collective_or_a_probe() -> Non
 
 
 def _evidence(local_rank: int, *, recorded: RecordedError | None, exit_ns: int, signal: int | None,
-              probe: ProbeAnswer | None = None) -> WorkerEvidence:
+              probe: ProbeAnswer | None = None) -> WorkerRecord:
     launched = LaunchedWorker(0, local_rank, local_rank, 0, 100 + local_rank, f"/tmp/{local_rank}/error.json")
-    return WorkerEvidence(launched, ProcessExit(100 + local_rank, exit_ns, None if signal else 1, signal),
+    return WorkerRecord(launched, ProcessExit(100 + local_rank, exit_ns, None if signal else 1, signal),
                           recorded, probe=probe)
 
 

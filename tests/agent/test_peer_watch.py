@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import pytest
 from torch.distributed import TCPStore
 
-from flytekitplugins_rootcause.agent.peer_watch import PeerWatch
-from flytekitplugins_rootcause.upstream.torch_elastic import JoinedRound
 from rootcause_core.collectives import INIT_OP, CollectivePosition
 from rootcause_core.testimony import LostPeer, Member
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 INTERVAL_S = 0.05
 #: Long against a heartbeat, so that a live peer on a busy machine is never taken for lost.

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from torch.distributed import TCPStore
 
-from flytekitplugins_rootcause.agent import store_keeper
-from flytekitplugins_rootcause.agent.rendezvous_host import process_listens_on
-from flytekitplugins_rootcause.agent.store_keeper import bind_listener, keeps_rendezvous_store, stores_kept
 from flytekitplugins_rootcause.simulation.loopback import bound_dns_waits, free_port
+from rootcause_engine.agent import store_keeper
+from rootcause_engine.agent.rendezvous_host import process_listens_on
+from rootcause_engine.agent.store_keeper import bind_listener, keeps_rendezvous_store, stores_kept
 
 #: Generous on a busy machine; every wait below ends as soon as what it waits for is true.
 PATIENCE_S = 60.0
@@ -38,8 +38,8 @@ AGENT = textwrap.dedent(
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import _create_tcp_store
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
-    from flytekitplugins_rootcause.agent.rendezvous_host import process_listens_on
-    from flytekitplugins_rootcause.agent.store_keeper import stores_kept
+    from rootcause_engine.agent.rendezvous_host import process_listens_on
+    from rootcause_engine.agent.store_keeper import stores_kept
 
     port, start_method, rendezvous = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "rendezvous"
     endpoint = f"127.0.0.1:{port}"

@@ -8,10 +8,10 @@ import signal
 import pytest
 import torch
 
-from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
-from flytekitplugins_rootcause.agent.diagnosis.report import GPU_OOM_HINT, HOST_OOM_HINT, describe_ending, oom_hint
-from flytekitplugins_rootcause.worker.recorder import build_error_file, parse_error_file
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from rootcause_engine.agent.diagnosis.report import GPU_OOM_HINT, HOST_OOM_HINT, describe_ending, oom_hint
+from rootcause_engine.worker.recorder import build_error_file, parse_error_file
 
 
 def failure(

@@ -20,10 +20,10 @@ import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, LaunchObserver, observing_launch
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver, observing_launch
 from tests.watchdog_tasks import binary_worker, launch_workers, tasks
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.agent.launch_observer import LaunchedWorker, LaunchObserver
-from flytekitplugins_rootcause.worker.recorder import build_error_file
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.worker.recorder import build_error_file
 
 NEVER_S = 120.0
 

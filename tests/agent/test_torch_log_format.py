@@ -16,7 +16,7 @@ _PROGRAM = """
 import sys
 import torch  # sets up torch's own log handlers
 from torch.distributed.elastic.multiprocessing import api
-from flytekitplugins_rootcause.agent.torch_log_format import exceptions_preformatted
+from rootcause_engine.agent.torch_log_format import exceptions_preformatted
 
 context = exceptions_preformatted() if sys.argv[1] == "filtered" else __import__("contextlib").nullcontext()
 with context:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
+from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from tests.watchdog_tasks.agent_process import agent_process
 
 pytestmark = pytest.mark.slow

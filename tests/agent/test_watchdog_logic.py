@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from flytekitplugins_rootcause.agent import failure_sink
-from flytekitplugins_rootcause.agent.teardown import terminate_then_kill
-from flytekitplugins_rootcause.agent.watchdog import (
+from flytekitplugins_rootcause.config import ElasticRootCause
+from rootcause_engine.agent import failure_sink
+from rootcause_engine.agent.teardown import terminate_then_kill
+from rootcause_engine.agent.watchdog import (
     AgentSnapshot,
     WatchdogSettings,
     hang_deadline_ns,
@@ -22,7 +23,6 @@ from flytekitplugins_rootcause.agent.watchdog import (
     rendezvous_allowance_s,
     watchdog_settings,
 )
-from flytekitplugins_rootcause.config import ElasticRootCause
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

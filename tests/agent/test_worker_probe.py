@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from flytekitplugins_rootcause.agent.worker_probe import probe_workers
-from flytekitplugins_rootcause.worker.hang_probe import READY_FILE_NAME
+from rootcause_engine.agent.worker_probe import probe_workers
+from rootcause_engine.worker.hang_probe import READY_FILE_NAME
 
 NEVER_S = 120.0
 
@@ -22,7 +22,7 @@ NEVER_S = 120.0
 CHILD = """
 import sys, time
 import torch  # as in a worker: the probe's Flight Recorder dump needs it loaded
-from flytekitplugins_rootcause.worker.hang_probe import install_hang_probe
+from rootcause_engine.worker.hang_probe import install_hang_probe
 assert install_hang_probe(sys.argv[1])
 def stuck_in_user_code():
     while True:

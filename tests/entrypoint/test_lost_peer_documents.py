@@ -1,8 +1,8 @@
 """A pod that vanished writes nothing: its peers write for it, and both readers name it.
 
-The victim pod's document (built as the entrypoint builds it) carries the peers it found lost;
-``write_error_documents`` writes one more document per lost peer, named for that peer. Then this
-project's reader and the port of upstream Flyte's Go rule read the folder as it lies.
+The victim pod's exception carries the peers it found lost; its plan (built as the entrypoint builds
+it) holds one more document per lost peer, and ``write_error_documents`` writes each, named for that
+peer. Then this project's reader and the port of upstream Flyte's Go rule read the folder as it lies.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from backend_reader.documents import ErrorKind
 from backend_reader.upstream_rule import earliest_error
 from flytekitplugins_rootcause.entrypoint.error_documents import (
     LOST_POD_CODE,
+    ErrorDocumentPlan,
     ErrorFilePolicy,
     last_resort_document,
-    lost_peer_documents,
 )
 from flytekitplugins_rootcause.entrypoint.error_upload import write_error_documents
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
@@ -34,7 +34,10 @@ MEMBERS = (Member(0, "train-worker-0", 0, 2, True), Member(1, "train-worker-1", 
 LAST_SEEN_NS = DEFAULT_TIMESTAMP_NS - 300_000_000
 
 
-def victim_document(lost: tuple[LostPeer, ...]) -> bytes:
+Planned = tuple[ErrorDocumentPlan, bytes]
+
+
+def victim_document(lost: tuple[LostPeer, ...]) -> Planned:
     victims = [failure.with_role(Role.VICTIM) for failure in failures(recoverable=True)]
     error = ElasticRootCauseRecoverableError(
         "[victim] rank 2 was failed by a peer", victims, members=MEMBERS, lost_peers=lost
@@ -42,8 +45,9 @@ def victim_document(lost: tuple[LostPeer, ...]) -> bytes:
     return last_resort_document(error, "train-worker-1")
 
 
-def write(prefix: Path, document: bytes, worker: str) -> None:
-    write_error_documents(str(prefix), document, worker, PER_WORKER, filesystems=None)  # type: ignore[arg-type]
+def write(prefix: Path, planned: Planned, worker: str, policy: ErrorFilePolicy = PER_WORKER) -> None:
+    plan, document = planned
+    write_error_documents(str(prefix), document, worker, plan, policy, filesystems=None)  # type: ignore[arg-type]
 
 
 def test_a_victim_that_found_a_peer_lost_writes_a_document_for_it(tmp_path: Path) -> None:
@@ -77,8 +81,7 @@ def test_a_victim_that_found_a_peer_lost_writes_a_document_for_it(tmp_path: Path
 
 def test_error_pb_holds_the_lost_pods_document_for_backends_that_read_only_it(tmp_path: Path) -> None:
     both = ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)
-    document = victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),))
-    write_error_documents(str(tmp_path), document, "train-worker-1", both, filesystems=None)  # type: ignore[arg-type]
+    write(tmp_path, victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),)), "train-worker-1", both)
     shared = errors_pb2.ErrorDocument.FromString((tmp_path / "error.pb").read_bytes()).error
     assert shared.worker == "train-worker-0" and shared.code == LOST_POD_CODE
     read = RemoteFileOutputReader(str(tmp_path)).read_all()
@@ -102,8 +105,14 @@ def test_a_pod_that_reported_its_own_failure_outranks_what_its_peers_said_of_it(
     assert console is not None and console.worker == "train-worker-0" and console.message.startswith("[root cause]")
 
 
-def test_no_document_is_written_for_nobody_and_none_for_a_document_written_for_a_lost_pod() -> None:
-    assert lost_peer_documents(victim_document(())) == []
-    ((_, for_lost),) = lost_peer_documents(victim_document((LostPeer(0, "train-worker-0", None),)))
-    assert lost_peer_documents(for_lost) == []  # no chain of hearsay
-    assert lost_peer_documents(b"\xff not a document") == []
+def test_no_document_is_written_for_nobody_and_none_for_a_document_written_for_a_lost_pod(tmp_path: Path) -> None:
+    assert victim_document(())[0].lost_peer_documents == ()
+    plan, _ = victim_document((LostPeer(0, "train-worker-0", None),))
+    (for_lost,) = plan.lost_peer_documents
+    assert for_lost.plan.lost_peer_documents == ()  # no chain of hearsay
+    # a document nothing is known of (no plan) is written as it is: one file, a plain name, nothing else
+    unplanned = b"\xff not a document"
+    write_error_documents(str(tmp_path), unplanned, "pod-1", None, PER_WORKER, filesystems=None)  # type: ignore[arg-type]
+    (written,) = tmp_path.iterdir()
+    assert written.name.startswith("error-pod-1-") and listing_key_of(written.name) is None
+    assert written.read_bytes() == unplanned

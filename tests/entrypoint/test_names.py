@@ -6,10 +6,12 @@ import os
 import re
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flytekitplugins_rootcause.entrypoint.error_documents import per_worker_file_name
+from flytekitplugins_rootcause.entrypoint.error_documents import per_worker_file_name, plan_flytekit_error
+from rootcause_core.timestamps import to_protobuf
 from rootcause_core.worker_names import (
     MAX_DISPLAY_NAME_LENGTH,
     MAX_WORKER_NAME_LENGTH,
@@ -18,12 +20,12 @@ from rootcause_core.worker_names import (
     raw_worker_name,
     sanitize_worker_name,
 )
-from testbed.reader_support import BASE_NS, error_document, per_worker_name_pattern
+from testbed.reader_support import BASE_NS, per_worker_name_pattern
 
 # Flyte's aggregating reader lists names starting with "error" and ending with ".pb".
 PER_WORKER_NAME = per_worker_name_pattern()
 TOKEN = "0123456789abcdef0123456789abcdef"
-DOCUMENT = error_document("[root cause] RuntimeError: boom", timestamp_ns=BASE_NS + 7)
+KEY = plan_flytekit_error("[root cause] RuntimeError: boom", to_protobuf(BASE_NS + 7)).listing_key
 
 
 @pytest.mark.parametrize(
@@ -80,7 +82,7 @@ def test_any_name_gives_one_safe_path_segment(name: str) -> None:
 @given(st.text(max_size=300))
 def test_no_name_moves_the_error_file_out_of_the_prefix(name: str) -> None:
     prefix = "/bucket/run/out"
-    file_name = per_worker_file_name(name, TOKEN, DOCUMENT)
+    file_name = per_worker_file_name(name, TOKEN, KEY)
     assert PER_WORKER_NAME.fullmatch(file_name)
     joined = os.path.normpath(f"{prefix}/{file_name}")
     assert os.path.dirname(joined) == prefix
@@ -112,15 +114,18 @@ def test_worker_name_comes_from_the_backend_then_the_host() -> None:
 
 def test_file_name_token_must_be_a_plain_token() -> None:
     with pytest.raises(ValueError, match="token"):
-        per_worker_file_name("w", "../x", DOCUMENT)
+        per_worker_file_name("w", "../x", KEY)
 
 
 def test_file_name_carries_the_role_and_time_the_reader_will_parse() -> None:
-    candidate = per_worker_file_name("pod-1", TOKEN, DOCUMENT)
+    """(That the plan's key is the reader's parse of the written bytes: ``test_plan.py``.)"""
+    candidate = per_worker_file_name("pod-1", TOKEN, KEY)
     assert candidate == f"error-pod-1-{TOKEN}.rc1c{BASE_NS + 7}.pb"
-    victim = error_document("[victim] connection closed by peer", timestamp_ns=None)
-    assert per_worker_file_name("pod-2", TOKEN, victim) == f"error-pod-2-{TOKEN}.rc1vn.pb"
+    victim = plan_flytekit_error("[victim] connection closed by peer", Timestamp())  # the zero time: none
+    assert per_worker_file_name("pod-2", TOKEN, victim.listing_key) == f"error-pod-2-{TOKEN}.rc1vn.pb"
 
 
 def test_a_document_the_reader_would_skip_gets_a_plain_name() -> None:
-    assert per_worker_file_name("pod-1", TOKEN, b"not a document") == f"error-pod-1-{TOKEN}.pb"
+    impossible = plan_flytekit_error("[root cause] boom", Timestamp(seconds=2**40))  # past year 9999
+    assert impossible.listing_key is None
+    assert per_worker_file_name("pod-1", TOKEN, impossible.listing_key) == f"error-pod-1-{TOKEN}.pb"

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from flyteidl.core import errors_pb2, execution_pb2
 
+from backend_reader.documents import listing_key_for
 from flytekitplugins_rootcause.entrypoint.command import WRITE_FAILED_EXIT_CODE
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from rootcause_core.error_files import ListingKey, listing_key_of
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
 from testbed.object_stores import ObjectStore
@@ -46,6 +48,14 @@ def _time(error: errors_pb2.ContainerError) -> tuple[int, int]:
     return error.timestamp.seconds, error.timestamp.nanos
 
 
+def _named_as_read(store: ObjectStore, prefix: str, name: str) -> ListingKey:
+    """The key in the name the pod gave its file (from its plan, never from parsing the bytes) is
+    what the reader parses from the bytes under that name."""
+    key = listing_key_of(name)
+    assert key is not None and key == listing_key_for(read_bytes(store, f"{prefix}/{name}")), name
+    return key
+
+
 def test_root_cause_error_is_written_per_worker_and_as_error_pb(any_store: ObjectStore) -> None:
     prefixes = new_prefixes(any_store)
     run = run_task(any_store, prefixes, "configured", "root_cause", _F_WN="trainer-worker-1")
@@ -65,6 +75,8 @@ def test_root_cause_error_is_written_per_worker_and_as_error_pb(any_store: Objec
     assert role_from_marker(error.message) == Role.CANDIDATE
     assert "rank 1 on trainer-worker-1 failed: division by zero" in error.message
     assert error.message.splitlines()[0] == "[root cause] rank 1 on trainer-worker-1 failed: division by zero"
+    key = _named_as_read(any_store, prefixes.output, match.group(0))
+    assert key == ListingKey(Role.CANDIDATE, DEFAULT_TIMESTAMP_NS)
     # the copy for backends that read only error.pb is the same document
     shared = read_bytes(any_store, f"{prefixes.output}/error.pb")
     assert shared == read_bytes(any_store, f"{prefixes.output}/{match.group(0)}")
@@ -84,6 +96,7 @@ def test_recoverable_root_cause_under_backend_aggregation(any_store: ObjectStore
     assert error.origin == execution_pb2.ExecutionError.USER
     assert error.worker == socket.gethostname()
     assert _time(error) == EXACT_TIME
+    _named_as_read(any_store, prefixes.output, match.group(0))
 
 
 def test_a_later_writer_leaves_error_pb_to_the_first(file_store: ObjectStore) -> None:
@@ -179,6 +192,8 @@ def test_plain_task_under_aggregation_keeps_flytekits_fields_and_exit_code(
     (theirs_name,) = list_names(file_store, theirs_prefixes.output)
     assert FLYTEKIT_PER_POD.fullmatch(theirs_name)
     assert PER_WORKER.fullmatch(ours_name) and ours_name.startswith("error-pod-9-")
+    # a plain error's key is derived from what flytekit stamped: its own message and time
+    assert _named_as_read(file_store, ours_prefixes.output, ours_name).role == Role.CANDIDATE
     _same_error(
         read_error(file_store, f"{ours_prefixes.output}/{ours_name}"),
         read_error(file_store, f"{theirs_prefixes.output}/{theirs_name}"),

@@ -19,10 +19,10 @@ from flytekit.bin.entrypoint import execute_task_cmd as flytekit_command
 from flytekit.configuration import FastSerializationSettings, ImageConfig, SerializationSettings
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_rootcause.agent.diagnosis.report import format_time
 from flytekitplugins_rootcause.entrypoint.command import execute_task_cmd
 from rootcause_core.ordering import Role
 from rootcause_core.roles import role_from_marker
+from rootcause_engine.agent.diagnosis.report import format_time
 from testbed.object_stores import ObjectStore
 from testbed.reader_support import per_worker_name_pattern
 from tests.entrypoint_tasks import elastic, plain

@@ -75,7 +75,7 @@ def test_per_worker_file_and_error_pb_hold_the_same_document(
 ) -> None:
     prefix = file_store.new_prefix("docs")
     file_access = _file_access(tmp_path, file_store, monkeypatch)
-    outcome = write_error_documents(f"file://{prefix}", b"doc", "pod/../0", BOTH, file_access)
+    outcome = write_error_documents(f"file://{prefix}", b"doc", "pod/../0", None, BOTH, file_access)
     names = list_names(file_store, prefix)
     assert len(names) == 2 and "error.pb" in names
     (per_worker,) = (name for name in names if name != "error.pb")
@@ -91,7 +91,7 @@ def test_a_missing_bucket_is_reported_for_every_file_with_path_and_reason(
     store: ObjectStore = request.getfixturevalue(fixture)
     prefix = f"{store.protocol}://no-such-bucket-rootcause/run/out"
     with pytest.raises(ErrorDocumentWriteError) as excinfo:
-        write_error_documents(prefix, b"doc", "pod-0", BOTH, _file_access(tmp_path, store, monkeypatch))
+        write_error_documents(prefix, b"doc", "pod-0", None, BOTH, _file_access(tmp_path, store, monkeypatch))
     paths = [failure.path for failure in excinfo.value.failures]
     assert len(paths) == 2 and paths[1] == f"{prefix}/error.pb" and paths[0].startswith(f"{prefix}/error-pod-0-")
     for failure in excinfo.value.failures:
@@ -105,7 +105,7 @@ def test_an_unwritable_local_prefix_is_reported(
     blocker.write_bytes(b"")
     file_access = _file_access(tmp_path, file_store, monkeypatch)
     with pytest.raises(ErrorDocumentWriteError) as excinfo:
-        write_error_documents(str(blocker / "out"), b"doc", "pod-0", BOTH, file_access)
+        write_error_documents(str(blocker / "out"), b"doc", "pod-0", None, BOTH, file_access)
     assert {failure.reason.split(":")[0] for failure in excinfo.value.failures} == {"NotADirectoryError"}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flytekitplugins_rootcause.agent.watchdog import AGENT_HUNG_EXIT_CODE
+from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_error, run_task
 

@@ -11,9 +11,9 @@ import os
 import signal
 from pathlib import Path
 
-from flytekitplugins_rootcause.agent.diagnosis.failures import WorkerFailure
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 
 #: Default root-cause time: non-zero digits below the microsecond (789 ns), which a float of
 #: seconds since the epoch cannot carry.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.worker.process_settings import agent_environment
+from rootcause_engine.worker.process_settings import agent_environment
 
 
 @pytest.mark.parametrize(

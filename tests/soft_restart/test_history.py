@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from flytekitplugins_rootcause.agent.diagnosis.deck import restarts_html
-from flytekitplugins_rootcause.agent.soft_restart_agent import SoftRestartSession, history_note, history_rows
-from flytekitplugins_rootcause.agent.soft_world import Change
-from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
+from flytekitplugins_rootcause.deck import restarts_html
+from rootcause_engine.agent.soft_restart_agent import SoftRestartSession, history_note, history_rows
+from rootcause_engine.agent.soft_world import Change
+from rootcause_engine.agent.worker_channel import WorkerChannel
 
 
 def _session(tmp_path: object) -> SoftRestartSession:
     return SoftRestartSession(
-        worker="pod-0", channel=WorkerChannel(str(tmp_path)), diagnose=lambda failed: failed,
-        end_workers=lambda: None, is_recoverable=lambda error: True, timeout_s=10,
+        worker="pod-0", channel=WorkerChannel(str(tmp_path)), diagnose=lambda failed: None,
+        end_workers=lambda: None, timeout_s=10,
     )
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.agent.soft_world import Change, SoftWorld, World, members_after
 from flytekitplugins_rootcause.simulation.loopback import free_port
+from rootcause_engine.agent.soft_world import Change, SoftWorld, World, members_after
 
 
 @pytest.fixture

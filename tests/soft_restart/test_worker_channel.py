@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flytekitplugins_rootcause import soft_restart
-from flytekitplugins_rootcause.agent.worker_channel import WorkerChannel
-from flytekitplugins_rootcause.worker.world_events import (
+from rootcause_engine import soft_restart
+from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.worker.world_events import (
     EVENTS_DIR_VARIABLE,
     WorkerEvent,
     WorkerInfo,
@@ -103,3 +103,11 @@ def test_pg_parameters_name_the_world_s_own_store_prefix_rank_and_size() -> None
     assert (params["rank"], params["world_size"]) == (0, 1)
     params["store"].set("k", "v")
     assert server.get("rootcause/soft/pg/7/k") == b"v"
+
+
+def test_the_plugin_s_public_name_is_the_engine_s_api() -> None:
+    """``from flytekitplugins_rootcause import soft_restart`` (what users write) is the engine's API."""
+    from flytekitplugins_rootcause import soft_restart as public
+
+    assert public.__all__ == soft_restart.__all__
+    assert all(getattr(public, name) is getattr(soft_restart, name) for name in soft_restart.__all__)

@@ -17,7 +17,6 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.exceptions.user import FlyteUserRuntimeException
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 
-from flytekitplugins_rootcause.agent.rendezvous_host import endpoint_port, process_listens_on
 from flytekitplugins_rootcause.straggler import (
     Action,
     NodeResult,
@@ -32,6 +31,7 @@ from flytekitplugins_rootcause.straggler import (
 )
 from flytekitplugins_rootcause.straggler.actions import Step, plan_action
 from flytekitplugins_rootcause.straggler.deck import render_html
+from rootcause_engine.agent.rendezvous_host import endpoint_port, process_listens_on
 
 REPO = Path(__file__).resolve().parents[2]
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))

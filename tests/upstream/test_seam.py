@@ -1,4 +1,5 @@
-"""The seam to upstream internals (``flytekitplugins_rootcause/upstream/``).
+"""The seams to upstream internals: the engine's (``rootcause_engine/upstream/``: torch) and the
+flytekit front-end's (``flytekitplugins_rootcause/upstream/``: flytekit, kfpytorch).
 
 - one smoke test per symbol a seam module declares (it exists, and is what we use it as: callable,
   an attribute on real objects, a signature that takes the arguments we pass), and a test that no
@@ -28,10 +29,12 @@ from typing import Any
 import pytest
 
 import flytekitplugins_rootcause
-from flytekitplugins_rootcause import upstream
-from flytekitplugins_rootcause.upstream import versions
-from flytekitplugins_rootcause.upstream.patching import patched, wrap_attribute
-from flytekitplugins_rootcause.upstream.versions import (
+import rootcause_engine
+from flytekitplugins_rootcause import upstream as front_end_seam
+from rootcause_engine import upstream as engine_seam
+from rootcause_engine.upstream import versions
+from rootcause_engine.upstream.patching import patched, wrap_attribute
+from rootcause_engine.upstream.versions import (
     ALLOW_UNSUPPORTED_VARIABLE,
     SupportedRange,
     Symbol,
@@ -40,15 +43,22 @@ from flytekitplugins_rootcause.upstream.versions import (
 )
 from testbed.gloo_scripts import FLIGHT_RECORDER_EXPECTED, flight_recorder_script
 
-PACKAGE_DIR = Path(flytekitplugins_rootcause.__file__).resolve().parent
-SEAM_DIR = PACKAGE_DIR / "upstream"
+#: (package folder, its seam folder) for the engine and the flytekit front-end.
+PACKAGE_DIRS = tuple(
+    (Path(package.__file__).resolve().parent, Path(package.__file__).resolve().parent / "upstream")
+    for package in (rootcause_engine, flytekitplugins_rootcause)
+)
+SEAMS = (engine_seam, front_end_seam)
 UPSTREAM_PACKAGES = ("torch", "flytekit", "flytekitplugins")
 
 
 def seam_modules() -> list[types.ModuleType]:
     """Every module of the seam package (imported)."""
-    names = [info.name for info in pkgutil.iter_modules(upstream.__path__)]
-    return [importlib.import_module(f"{upstream.__name__}.{name}") for name in names]
+    return [
+        importlib.import_module(f"{seam.__name__}.{info.name}")
+        for seam in SEAMS
+        for info in pkgutil.iter_modules(seam.__path__)
+    ]
 
 
 def all_symbols() -> list[Symbol]:
@@ -177,7 +187,7 @@ def _worker_group(_: Any) -> None:
     for index, worker in enumerate(group.workers):
         assert isinstance(worker, Worker)
         worker.global_rank = 2 + index
-    from flytekitplugins_rootcause.upstream.torch_elastic import _joined_round
+    from rootcause_engine.upstream.torch_elastic import _joined_round
 
     joined = _joined_round(group)
     assert (joined.group_rank, joined.group_world_size, joined.global_ranks) == (1, 3, (2, 3))
@@ -195,27 +205,27 @@ def _close(contexts: Any) -> None:
 
 
 def _pids(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     pids = torch_elastic.worker_pids(contexts["function"])
     assert list(pids) == [0] and pids[0] > 0
 
 
 def _envs(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert torch_elastic.worker_envs(contexts["function"])[0]["RANK"] == "3"
     assert torch_elastic.worker_envs(object()) == {}
 
 
 def _error_files(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert torch_elastic.worker_error_files(contexts["function"])[0].endswith("error.json")
 
 
 def _nprocs(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert torch_elastic.worker_count(contexts["function"]) == 1
     assert torch_elastic.worker_count(object()) == -1
@@ -224,7 +234,7 @@ def _nprocs(contexts: Any) -> None:
 def _pc(contexts: Any) -> None:
     from torch.multiprocessing import ProcessContext
 
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert isinstance(torch_elastic.process_context_of(contexts["function"]), ProcessContext)
     assert torch_elastic.joinable_process_context(contexts["function"]) is not None
@@ -233,7 +243,7 @@ def _pc(contexts: Any) -> None:
 
 
 def _return_values(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert torch_elastic.collected_return_values(contexts["function"]) == {0: 7}
     assert torch_elastic.collected_return_values(contexts["binary"]) is None
@@ -245,7 +255,7 @@ def _worker_finished_event(contexts: Any) -> None:
 
 
 def _subprocess_handlers(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     assert set(contexts["binary"].subprocess_handlers) == {0}
     assert torch_elastic.binary_worker_returncode(contexts["binary"], 0) == 0
@@ -262,7 +272,7 @@ def _join(contexts: Any) -> None:
     join = resolve(f"{SPAWN}.ProcessContext.join")
     assert parameter_names(join) == ["self", "timeout", "grace_period"]
     context = contexts["process_context"]
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     calls: list[tuple[Any, ...]] = []
 
@@ -278,7 +288,7 @@ def _join(contexts: Any) -> None:
 
 
 def _sentinels(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     context = contexts["process_context"]
     sentinels = torch_elastic.live_sentinels(context)
@@ -289,7 +299,7 @@ def _sentinels(contexts: Any) -> None:
 
 
 def _processes(contexts: Any) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     (process,) = torch_elastic.processes(contexts["process_context"])
     assert process.pid > 0 and process.exitcode == 0
@@ -300,7 +310,7 @@ def _processes(contexts: Any) -> None:
 def _process_exited_exception(_: Any) -> None:
     from torch.multiprocessing import ProcessExitedException
 
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     error = torch_elastic.process_exited_exception("process 1 failed", index=1, pid=42, exit_code=0)
     assert isinstance(error, ProcessExitedException)
@@ -310,7 +320,7 @@ def _process_exited_exception(_: Any) -> None:
 def _get_error_file_path(_: Any) -> None:
     from torch.distributed.elastic.multiprocessing.errors.error_handler import ErrorHandler
 
-    from flytekitplugins_rootcause.upstream.torch_worker import error_file_path
+    from rootcause_engine.upstream.torch_worker import error_file_path
 
     os.environ["TORCHELASTIC_ERROR_FILE"] = "/tmp/seam-error.json"
     try:
@@ -322,7 +332,7 @@ def _get_error_file_path(_: Any) -> None:
 def _default_pg_timeout(_: Any) -> None:
     from torch.distributed import distributed_c10d
 
-    from flytekitplugins_rootcause.upstream.torch_worker import set_default_collective_timeout
+    from rootcause_engine.upstream.torch_worker import set_default_collective_timeout
 
     saved = distributed_c10d.default_pg_timeout, distributed_c10d.default_pg_nccl_timeout
     try:
@@ -352,7 +362,7 @@ def _dump_fr_trace(_: Any) -> None:
 def _log_handlers(_: Any) -> None:
     import torch  # noqa: F401  (sets up torch's own log handlers)
 
-    from flytekitplugins_rootcause.upstream.torch_logging import torch_log_handlers
+    from rootcause_engine.upstream.torch_logging import torch_log_handlers
 
     handlers = torch_log_handlers()
     assert handlers and all(isinstance(handler, logging.Handler) for handler in handlers)
@@ -457,7 +467,7 @@ def _soft_agent_parts(_: Any) -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 
-    from flytekitplugins_rootcause.upstream.torch_agent_loop import AgentParts
+    from rootcause_engine.upstream.torch_agent_loop import AgentParts
 
     spec = WorkerSpec(role="trainer", local_world_size=2, rdzv_handler=_StubRendezvous(),  # type: ignore[arg-type]
                       entrypoint="true", max_restarts=2, monitor_interval=0.25)
@@ -491,7 +501,7 @@ def _launcher_agent_class(_: Any) -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.launcher import api as launcher_api
 
-    from flytekitplugins_rootcause.upstream.torch_agent_loop import launcher_agent_with_loop
+    from rootcause_engine.upstream.torch_agent_loop import launcher_agent_with_loop
 
     assert launcher_api.LocalElasticAgent is LocalElasticAgent  # launch_agent builds its agent from this global
     with launcher_agent_with_loop(lambda parts: None):  # type: ignore[arg-type,return-value]
@@ -502,7 +512,7 @@ def _launcher_agent_class(_: Any) -> None:
 
 
 def _matches_machine_hostname(_: Any) -> None:
-    from flytekitplugins_rootcause.upstream.torch_elastic import endpoint_is_this_machine
+    from rootcause_engine.upstream.torch_elastic import endpoint_is_this_machine
 
     # torch's own answers, on names and addresses that need no DNS
     assert endpoint_is_this_machine("localhost") and endpoint_is_this_machine("127.0.0.1")
@@ -513,7 +523,7 @@ def _create_tcp_store_server(_: Any) -> None:
     """torch's rank-0 rendezvous asks the handler for the workers' store server, with these arguments."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
-    from flytekitplugins_rootcause.upstream.torch_elastic import patch_bootstrap_store_server
+    from rootcause_engine.upstream.torch_elastic import patch_bootstrap_store_server
 
     handler_class = dynamic_rendezvous.DynamicRendezvousHandler
     original = handler_class._create_tcp_store_server
@@ -589,7 +599,7 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
 def test_every_declared_symbol_has_a_smoke_test_and_is_listed_in_the_contract() -> None:
     declared = {symbol.qualified_name for symbol in all_symbols()}
     assert declared == set(SMOKE_TESTS)
-    contract = " ".join((upstream.__doc__ or "").split())
+    contract = " ".join(" ".join(seam.__doc__ or "" for seam in SEAMS).split())
     assert [name for name in sorted(declared) if f"``{name}``" not in contract] == []
 
 
@@ -635,7 +645,7 @@ def test_release_and_range() -> None:
 
 
 def test_an_unsupported_version_fails_with_package_version_and_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     monkeypatch.delenv(ALLOW_UNSUPPORTED_VARIABLE, raising=False)
     monkeypatch.setattr(versions, "installed_version", lambda name: "2.12.1" if name == "torch" else "1.16.31")
@@ -660,7 +670,7 @@ def test_a_missing_symbol_fails_naming_it(monkeypatch: pytest.MonkeyPatch) -> No
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
-    from flytekitplugins_rootcause.upstream import torch_elastic
+    from rootcause_engine.upstream import torch_elastic
 
     original = LocalElasticAgent._exit_barrier
     monkeypatch.delattr(SimpleElasticAgent, "_exit_barrier")
@@ -692,7 +702,7 @@ def test_each_kind_of_missing_symbol_is_detected(symbol: Symbol) -> None:
 
 
 def test_the_check_runs_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flytekitplugins_rootcause.upstream import torch_logging
+    from rootcause_engine.upstream import torch_logging
 
     lookups: list[str] = []
     real = versions.installed_version
@@ -912,9 +922,10 @@ def _constructor_sets(cls: type, name: str) -> bool:
 
 
 def package_sources() -> Iterator[tuple[str, str]]:
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        if SEAM_DIR not in path.parents:
-            yield str(path.relative_to(PACKAGE_DIR.parent)), path.read_text()
+    for package_dir, seam_dir in PACKAGE_DIRS:
+        for path in sorted(package_dir.rglob("*.py")):
+            if seam_dir not in path.parents:
+                yield str(path.relative_to(package_dir.parent)), path.read_text()
 
 
 def test_no_module_outside_the_seam_patches_or_privately_reads_upstream() -> None:
@@ -947,3 +958,34 @@ def test_no_module_outside_the_seam_patches_or_privately_reads_upstream() -> Non
 def test_the_scan_finds_each_kind_of_patch(source: str, expected: str) -> None:
     (violation,) = upstream_violations(source, "example.py")
     assert expected in violation
+
+
+# --- front-end names the engine keeps without importing the front-end -----------------------------------
+
+
+def test_the_engine_s_names_for_flytekit_and_kfpytorch_things_still_resolve() -> None:
+    """The engine imports no front-end, so it names two of their things as strings: kfpytorch's
+    recoverable marker file and the exception classes that ask Flyte for a retry."""
+    from flytekit.exceptions.user import FlyteRecoverableException
+    from flytekitplugins.kfpytorch.error_handling import RECOVERABLE_ERROR_FILE_NAME
+
+    from rootcause_engine.agent.launch_record import RECOVERABLE_MARKER_FILE_NAME
+    from rootcause_engine.worker.recorder import RECOVERABLE_EXCEPTION_TYPES, is_recoverable_exception
+
+    assert RECOVERABLE_MARKER_FILE_NAME == RECOVERABLE_ERROR_FILE_NAME
+    assert all(isinstance(resolve(name), type) for name in RECOVERABLE_EXCEPTION_TYPES)
+
+    class SpotReclaimed(FlyteRecoverableException):
+        pass
+
+    assert is_recoverable_exception(FlyteRecoverableException("x")) and is_recoverable_exception(SpotReclaimed("x"))
+    assert not is_recoverable_exception(RuntimeError("x"))
+
+
+def test_the_shared_error_file_is_the_one_flytekit_writes_and_propeller_reads() -> None:
+    """``error.pb`` has one home here (``rootcause_core.error_files``); flytekit names it too."""
+    from flytekit.core.constants import ERROR_FILE_NAME as FLYTEKITS
+
+    from rootcause_core.error_files import ERROR_FILE_NAME
+
+    assert ERROR_FILE_NAME == FLYTEKITS == "error.pb"

@@ -18,8 +18,8 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
-from flytekitplugins_rootcause.agent.death_watcher import DeathWatcher
-from flytekitplugins_rootcause.agent.failure_sink import register_failure_sink
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.failure_sink import register_failure_sink
 from tests.watchdog_tasks.hung_agent import write_json
 from tests.watchdog_tasks.tasks import fails_under_a_blind_agent
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
-from flytekitplugins_rootcause.agent.failure_sink import register_failure_sink
+from rootcause_engine.agent.failure_sink import register_failure_sink
 from tests.watchdog_tasks.tasks import dies_under_a_hung_agent
 
 

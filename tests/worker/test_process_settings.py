@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.worker.process_settings import (
+from rootcause_engine.worker.process_settings import (
     BeforeUserFunction,
     WorkerProcessSettings,
     agent_environment,

@@ -10,7 +10,7 @@ import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-from flytekitplugins_rootcause.worker.recorder import (
+from rootcause_engine.worker.recorder import (
     NAMESPACE,
     TORCH_SHADOW_FILE_NAME,
     RecordingTaskFunction,

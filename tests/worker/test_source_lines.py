@@ -7,8 +7,8 @@ import traceback
 import cloudpickle
 import pytest
 
-from flytekitplugins_rootcause.worker.recorder import RecordingTaskFunction
-from flytekitplugins_rootcause.worker.source_lines import CLOUDPICKLE_PLACEHOLDER
+from rootcause_engine.worker.recorder import RecordingTaskFunction
+from rootcause_engine.worker.source_lines import CLOUDPICKLE_PLACEHOLDER
 
 
 def _shipped(function: object) -> RecordingTaskFunction:
@@ -22,7 +22,7 @@ def _traceback_of(call: object) -> str:
 
 
 def test_a_function_pickled_by_value_shows_the_line_that_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("flytekitplugins_rootcause.worker.recorder.RootCauseErrorHandler.record_exception",
+    monkeypatch.setattr("rootcause_engine.worker.recorder.RootCauseErrorHandler.record_exception",
                         lambda self, exc: None)
 
     def train() -> None:
@@ -37,7 +37,7 @@ def test_a_function_pickled_by_value_shows_the_line_that_raised(monkeypatch: pyt
 
 
 def test_inner_functions_of_the_task_function_keep_their_file_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("flytekitplugins_rootcause.worker.recorder.RootCauseErrorHandler.record_exception",
+    monkeypatch.setattr("rootcause_engine.worker.recorder.RootCauseErrorHandler.record_exception",
                         lambda self, exc: None)
 
     def train() -> None:

@@ -1,0 +1,195 @@
+"""The one diagnosis pipeline: a launch record, plus what the peers said, in; a diagnosis out.
+
+Every road to a report enters here with one call to :func:`diagnose`, naming its
+:class:`Trigger`: torch reported a failed worker, the agent lost its rendezvous store, the agent
+watchdog found the agent hung, a soft restart diagnoses a failure it may heal. A new road (a peer
+found frozen, a world change) is a new trigger, not a new pipeline. The steps, in order:
+
+1. tell the peer pods this pod failed, and which collective its workers timed out in (first: the
+   others must not take this pod for lost, and may need that collective to name a hung rank);
+2. rank the record's failures with the shared rule (:mod:`.selection`), with the stalls peers
+   announced;
+3. when only victims failed here, ask which peer pods are gone (a lost node leaves no file);
+4. leave the peer watch (last: a peer that outlives this pod's store would take it for lost);
+5. write the report (:mod:`.report`): root cause first, the lost peers, the notes the road adds
+   (the agent's own failure, the hang, the soft restarts before), the agent's timeline.
+
+The result is a :class:`Diagnosis`, plain data: a front-end (the flytekit plugin) turns it into its
+own exception, error document and Deck. Nothing here imports a front-end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import socket
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from rootcause_core.collectives import CollectivePosition
+from rootcause_core.ordering import Role
+from rootcause_core.roles import role_marker
+from rootcause_core.testimony import LostPeer, Member, describe_lost_peer
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from rootcause_engine.agent.diagnosis.hang import stalled_collective
+from rootcause_engine.agent.diagnosis.report import format_agent_timeline, format_root_cause_message
+from rootcause_engine.agent.diagnosis.selection import is_recoverable, rank_failures
+from rootcause_engine.agent.launch_record import LaunchRecord
+
+
+class Trigger(enum.Enum):
+    """What started a diagnosis (the report and the Deck say it)."""
+
+    WORKER_FAILED = "torch reported a failed worker"
+    STORE_LOST = "the agent lost the rendezvous store"
+    AGENT_HUNG = "the agent watchdog found the agent hung"
+    SOFT_RESTART = "a failure a soft restart may heal"
+
+
+class PeerTestimony(Protocol):
+    """What the pipeline asks of the other pods (``agent.peer_watch.PeerWatch`` answers)."""
+
+    def announce_failure(self, stalled: CollectivePosition | None) -> None: ...
+
+    def announced_stalls(self) -> tuple[CollectivePosition, ...]: ...
+
+    def lost_peers(self) -> tuple[LostPeer, ...]: ...
+
+    def members(self) -> tuple[Member, ...]: ...
+
+    def leave(self) -> None: ...
+
+
+#: One soft-restart row for the Deck: (time ns, node, what happened, reason).
+RestartRow = tuple[int, str, str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """The root cause of a failed launch and everything behind it.
+
+    ``failures`` root cause first; empty only for a hung agent none of whose workers failed.
+    ``report`` is the text people read (its first line names the root cause behind its role
+    marker); ``members`` and ``lost_peers`` are what this pod testifies about the other pods;
+    ``restarts`` the soft restarts the job went through before.
+    """
+
+    trigger: Trigger
+    failures: tuple[WorkerFailure, ...]
+    report: str
+    recoverable: bool
+    members: tuple[Member, ...] = ()
+    lost_peers: tuple[LostPeer, ...] = ()
+    restarts: tuple[RestartRow, ...] = ()
+
+    @property
+    def root_cause(self) -> WorkerFailure | None:
+        return self.failures[0] if self.failures else None
+
+    @property
+    def timestamp_ns(self) -> int | None:
+        return None if self.root_cause is None else self.root_cause.timestamp_ns
+
+    @property
+    def summary(self) -> str:
+        """The report's first line."""
+        lines = self.report.strip().splitlines()
+        return lines[0] if lines else self.trigger.value
+
+
+def report_for(
+    failures: Sequence[WorkerFailure],
+    *,
+    trigger: Trigger = Trigger.WORKER_FAILED,
+    notes: Sequence[str] = (),
+    members: Sequence[Member] = (),
+    lost_peers: Sequence[LostPeer] = (),
+    restarts: Sequence[RestartRow] = (),
+) -> Diagnosis:
+    """The diagnosis of ranked ``failures`` (root cause first; at least one).
+
+    The first line, which readers parse, stays the root cause's; lost peers get a paragraph of
+    their own, then each note in order.
+    """
+    if not failures:
+        raise ValueError("a root-cause report needs at least one failure")
+    message = format_root_cause_message(list(failures))
+    if lost_peers:
+        noticed = failures[0].timestamp_ns or time.time_ns()
+        message += "\n\n" + "\n".join(describe_lost_peer(peer, noticed_ns=noticed) for peer in lost_peers)
+    for note in notes:
+        if note:
+            message += "\n\n" + note
+    return Diagnosis(
+        trigger=trigger,
+        failures=tuple(failures),
+        report=message,
+        recoverable=is_recoverable(list(failures)),
+        members=tuple(members),
+        lost_peers=tuple(lost_peers),
+        restarts=tuple(restarts),
+    )
+
+
+def agent_timeline(record: LaunchRecord, failures: Sequence[WorkerFailure]) -> str:
+    """The report's line on when this pod's agent noticed, tore down and reported (``report.py``)."""
+    root_ns = failures[0].timestamp_ns if failures else None
+    return format_agent_timeline(root_ns, record.teardown_ns, record.teardown_done_ns, time.time_ns())
+
+
+def diagnose(
+    record: LaunchRecord,
+    *,
+    trigger: Trigger = Trigger.WORKER_FAILED,
+    peers: PeerTestimony | None = None,
+    notes: Sequence[str] = (),
+    restarts: Sequence[RestartRow] = (),
+) -> Diagnosis | None:
+    """The diagnosis of ``record``; ``None`` when no worker of the attempt failed.
+
+    ``peers``: the other pods (hard restarts: announced to, asked about, left); ``None`` where the
+    job goes on without this pod's word (a soft restart heals it). ``notes``: what the road adds to
+    the report, after the root cause and before the agent's timeline.
+    """
+    if peers is not None:
+        peers.announce_failure(stalled_collective(worker.recorded for worker in record.workers))
+    failures = rank_failures(
+        record.workers,
+        teardown_ns=record.teardown_ns,
+        worker=current_worker_name(),
+        host=socket.gethostname(),
+        announced_stalls=peers.announced_stalls() if peers is not None else (),
+    )
+    if not failures:
+        return None
+    lost = peers.lost_peers() if peers is not None and failures[0].role == Role.VICTIM else ()
+    members = peers.members() if peers is not None else ()
+    if peers is not None:
+        peers.leave()
+    return report_for(
+        failures,
+        trigger=trigger,
+        notes=[*notes, agent_timeline(record, failures)],
+        members=members,
+        lost_peers=lost,
+        restarts=restarts,
+    )
+
+
+def agent_hung(note: str, *, peers: PeerTestimony | None = None, restarts: Sequence[RestartRow] = ()) -> Diagnosis:
+    """The diagnosis of a hung agent none of whose workers failed: the hang itself is the root cause
+    (recoverable: nothing in the user's code failed)."""
+    members = peers.members() if peers is not None else ()
+    if peers is not None:
+        peers.announce_failure(None)
+        peers.leave()
+    return Diagnosis(
+        trigger=Trigger.AGENT_HUNG,
+        failures=(),
+        report=f"{role_marker(Role.CANDIDATE)} {note}",
+        recoverable=True,
+        members=tuple(members),
+        restarts=tuple(restarts),
+    )

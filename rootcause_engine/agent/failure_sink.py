@@ -1,0 +1,128 @@
+"""The last-resort failure writer: how a process that must exit *now* still reports its root cause.
+
+The agent watchdog (:mod:`rootcause_engine.agent.watchdog`) ends a hung agent with ``os._exit``:
+no exception unwinds to the entrypoint, so the entrypoint's normal error path (which writes the
+per-worker ``ErrorDocument``) never runs. Instead, the entrypoint registers a *sink* here before it
+runs the task: a callable that writes the error document for an exception to the task's output
+prefix. The watchdog hands its ``ElasticRootCauseError`` to :func:`deliver_last_resort` right
+before exiting.
+
+Process-global on purpose: the watchdog runs deep inside the task, the sink is known only to the
+entrypoint, and one task runs per process. Without a registered sink (local runs, tests) the report
+goes to stderr only; it always goes to stderr too, so the pod log shows it whatever the sink does.
+
+The sink runs on the watchdog's thread, while the agent's main thread is stuck, under a time limit:
+a sink that hangs (an unreachable object store) must not turn a hung agent into a hung pod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from typing import TextIO
+
+#: Writes the error document for one exception (the entrypoint's per-worker error-file writer).
+FailureWriter = Callable[[BaseException], None]
+
+#: Seconds a sink gets to write before the process exits anyway.
+DEFAULT_SINK_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureSink:
+    """A registered last-resort writer and where it writes (for the log line that names it)."""
+
+    write: FailureWriter
+    destination: str
+
+
+_lock = threading.Lock()
+_sink: FailureSink | None = None
+
+
+def register_failure_sink(write: FailureWriter, *, destination: str) -> None:
+    """Make ``write`` the process's last-resort failure writer (replaces any earlier one)."""
+    global _sink
+    with _lock:
+        _sink = FailureSink(write, destination)
+
+
+def unregister_failure_sink() -> None:
+    """Forget the registered writer (the entrypoint calls this when the task is done)."""
+    global _sink
+    with _lock:
+        _sink = None
+
+
+def registered_failure_sink() -> FailureSink | None:
+    with _lock:
+        return _sink
+
+
+@contextlib.contextmanager
+def failure_sink(write: FailureWriter, *, destination: str) -> Iterator[FailureSink]:
+    """Register ``write`` for the duration of the block (what the entrypoint wraps the task in)."""
+    register_failure_sink(write, destination=destination)
+    try:
+        sink = registered_failure_sink()
+        assert sink is not None
+        yield sink
+    finally:
+        unregister_failure_sink()
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What :func:`deliver_last_resort` managed to do."""
+
+    written_to: str | None  # the sink's destination, when the sink finished without error
+    problem: str | None  # why the sink did not write (none registered, raised, timed out)
+
+
+def _report_of(error: BaseException) -> str:
+    report = getattr(error, "report", None)
+    return report if isinstance(report, str) and report else f"{type(error).__name__}: {error}"
+
+
+def deliver_last_resort(
+    error: BaseException, *, timeout_s: float = DEFAULT_SINK_TIMEOUT_S, stream: TextIO | None = None
+) -> Delivery:
+    """Print ``error``'s report on stderr, then give it to the registered sink within ``timeout_s``.
+
+    Never raises: the caller is about to ``os._exit`` and has no one left to report to.
+    """
+    out = stream if stream is not None else sys.stderr
+    with contextlib.suppress(Exception):
+        out.write(_report_of(error) + "\n")
+        out.flush()
+    sink = registered_failure_sink()
+    if sink is None:
+        return Delivery(None, "no failure sink registered (local run): the report went to stderr only")
+    outcome: list[BaseException | None] = []
+
+    def run_sink() -> None:
+        try:
+            sink.write(error)
+            outcome.append(None)
+        except BaseException as exc:  # the sink's failure is reported, never propagated
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run_sink, name="rootcause-failure-sink", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        problem = f"the failure sink for {sink.destination} did not finish within {timeout_s:g} s"
+    elif outcome[0] is not None:
+        problem = f"the failure sink for {sink.destination} failed: " + "".join(
+            traceback.format_exception_only(outcome[0])
+        ).strip()
+    else:
+        return Delivery(sink.destination, None)
+    with contextlib.suppress(Exception):
+        out.write(problem + "\n")
+        out.flush()
+    return Delivery(None, problem)

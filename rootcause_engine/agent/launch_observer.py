@@ -1,0 +1,497 @@
+"""Agent side: see every worker torch elastic starts, and when the agent begins tearing them down.
+
+torch's ``LocalElasticAgent`` starts each attempt's workers with ``start_processes`` and ends them
+with ``PContext.close`` (SIGTERM, then SIGKILL after a timeout). While a launch runs, this module
+wraps that one function in the agent module, so that for each new process context it:
+
+- registers every worker pid with the :class:`DeathWatcher` (exact exit times), together with its
+  ranks, restart attempt and error-file path (from the context torch built);
+- wraps that context's ``close`` to note when teardown began (a worker still alive then and killed
+  afterwards is a *victim*) and to apply the configured grace period between SIGTERM and SIGKILL;
+- on the function path, also wraps the ``torch.multiprocessing`` ``ProcessContext.join`` the
+  context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
+  hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
+  wrapper sees the failure first and ends the others itself under the configured grace
+  (:meth:`LaunchObserver.end_workers`); torch's join then finds everyone gone and reports the
+  failed worker.
+
+Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
+go through ``start_processes``, so both are covered. ``observing_launch`` also notes when the agent
+is inside a rendezvous (which may legitimately wait for peers for minutes), for the agent watchdog.
+
+This module decides what to do; *how* it reaches into torch (which attribute holds what, which
+global or method is replaced) is :mod:`rootcause_engine.upstream.torch_elastic`, which also
+checks the torch version before the first patch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rootcause_core.collectives import is_collective_timeout
+from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.agent.teardown import terminate_then_kill
+from rootcause_engine.agent.worker_probe import ProbeAnswer, probe_workers
+from rootcause_engine.upstream import torch_elastic
+from rootcause_engine.worker.recorder import read_error_file
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchedWorker:
+    """One worker process of one attempt, as torch's agent configured it."""
+
+    attempt: int
+    local_rank: int
+    global_rank: int | None
+    group_rank: int | None
+    pid: int
+    error_file: str
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class LaunchObserver:
+    """Collects the workers, exits and teardown times of one ``elastic_launch``."""
+
+    def __init__(
+        self, watcher: DeathWatcher, *, teardown_grace_s: float | None = None, probe_before_teardown: bool = False
+    ) -> None:
+        self.watcher = watcher
+        self.teardown_grace_s = teardown_grace_s
+        self.probe_before_teardown = probe_before_teardown
+        self._probes: dict[int, ProbeAnswer] = {}
+        self._lock = threading.Lock()
+        self._workers: list[LaunchedWorker] = []
+        self._teardown_ns: dict[int, int] = {}
+        self._teardown_done_ns: dict[int, int] = {}
+        self._contexts: dict[int, Any] = {}
+        self._rendezvous_since_ns: int | None = None
+        self._exit_barrier_since_ns: int | None = None
+        self._exit_barrier_left_ns: int | None = None
+
+    @property
+    def workers(self) -> list[LaunchedWorker]:
+        with self._lock:
+            return list(self._workers)
+
+    def last_attempt(self) -> int | None:
+        with self._lock:
+            return max((w.attempt for w in self._workers), default=None)
+
+    def workers_of(self, attempt: int) -> list[LaunchedWorker]:
+        with self._lock:
+            return [w for w in self._workers if w.attempt == attempt]
+
+    def teardown_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._teardown_ns.get(attempt)
+
+    def note_teardown(self, attempt: int) -> int:
+        """Record that tearing down ``attempt``'s workers begins now (the first call wins).
+
+        Every exit the kernel already reports is recorded first: a worker that died before this
+        moment is no victim of the teardown, even when the watcher thread has not had the CPU to
+        stamp it yet.
+        """
+        for worker in self.workers_of(attempt):
+            self.watcher.confirm_exit(worker.pid)
+        with self._lock:
+            return self._teardown_ns.setdefault(attempt, time.time_ns())
+
+    def note_teardown_done(self, attempt: int) -> None:
+        """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
+        with self._lock:
+            self._teardown_done_ns.setdefault(attempt, time.time_ns())
+
+    def probe_live_workers(self, attempt: int, *, asked: bool = False) -> None:
+        """Ask ``attempt``'s live workers where they are (``worker_probe``), once, before they are ended.
+
+        Only with ``probe_before_teardown``, and only when ``asked`` (another pod's failure ended
+        this one's workers) or a worker of the attempt failed the way a peer's hang shows
+        (:meth:`stall_suspected`): a failure that names its own cause costs the teardown nothing.
+        The answers are kept for the diagnosis (:meth:`probe_of`). A worker that recorded its error
+        is not asked: its failure is known, and it may be shutting its interpreter down, which
+        restores the signal's default action (death by the probe).
+        """
+        if not self.probe_before_teardown or not (asked or self.stall_suspected(attempt)):
+            return
+        with self._lock:
+            answered = set(self._probes)
+        live = [
+            (worker.pid, worker.error_file)
+            for worker in self.workers_of(attempt)
+            if worker.pid not in answered
+            and not (worker.error_file and os.path.exists(worker.error_file))
+            and self.watcher.confirm_exit(worker.pid) is None
+        ]
+        if not live:
+            return
+        answers = probe_workers(live)
+        with self._lock:
+            self._probes.update(answers)
+
+    def stall_suspected(self, attempt: int) -> bool:
+        """A worker of ``attempt`` failed as a peer's hang makes it fail: a collective timeout it
+        recorded, or SIGABRT with nothing recorded (NCCL's watchdog on a timed-out collective)."""
+        for worker in self.workers_of(attempt):
+            recorded = read_error_file(worker.error_file) if worker.error_file else None
+            if recorded is not None:
+                if is_collective_timeout(recorded.message):
+                    return True
+                continue
+            exit_ = self.watcher.exit_of(worker.pid)
+            if exit_ is not None and exit_.signal_number == signal.SIGABRT:
+                return True
+        return False
+
+    def probe_of(self, worker: LaunchedWorker) -> ProbeAnswer | None:
+        """What ``worker`` answered when probed before the teardown, if it was and did."""
+        with self._lock:
+            return self._probes.get(worker.pid)
+
+    def teardown_done_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._teardown_done_ns.get(attempt)
+
+    @property
+    def rendezvous_since_ns(self) -> int | None:
+        """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
+        with self._lock:
+            return self._rendezvous_since_ns
+
+    def on_rendezvous(self, entered: bool) -> None:
+        with self._lock:
+            self._rendezvous_since_ns = time.time_ns() if entered else None
+
+    @property
+    def exit_barrier_since_ns(self) -> int | None:
+        """When the agent entered torch's exit barrier (waiting for other pods); ``None`` outside it."""
+        with self._lock:
+            return self._exit_barrier_since_ns
+
+    @property
+    def exit_barrier_left_ns(self) -> int | None:
+        """When the agent last left torch's exit barrier; ``None`` if it never did."""
+        with self._lock:
+            return self._exit_barrier_left_ns
+
+    def on_exit_barrier(self, entered: bool) -> None:
+        with self._lock:
+            now = time.time_ns()
+            if entered:
+                self._exit_barrier_since_ns = now
+            else:
+                self._exit_barrier_since_ns, self._exit_barrier_left_ns = None, now
+
+    def results_delivered(self, attempt: int) -> bool | None:
+        """Whether torch has collected every worker's return value in ``attempt`` (function launches).
+
+        A function worker hands its return value to the agent and then waits for torch's "finished"
+        event before it exits, so a worker that exits before that event, whatever its exit code,
+        ended without returning: ``os._exit(0)``, or an interrupt that torch's worker wrapper turns
+        into exit code 0 (``sys.exit(0)`` is not one: torch's ``record`` makes it a return of
+        ``None``). ``None`` for binary launches, whose workers may legitimately exit 0 one by one.
+        """
+        with self._lock:
+            pcontext = self._contexts.get(attempt)
+        # torch's own bookkeeping, read without a lock (never ``Event.is_set``: see the accessor).
+        collected = torch_elastic.collected_return_values(pcontext)
+        if collected is None:
+            return None
+        return len(collected) == torch_elastic.worker_count(pcontext)
+
+    def exited_without_result(self, worker: LaunchedWorker) -> bool:
+        """The worker exited with code 0 although its attempt's results were never delivered."""
+        if self.results_delivered(worker.attempt) is not False:
+            return False
+        exit_ = self.exit_of(worker)
+        if exit_ is None or exit_.signal_number is not None:
+            return False
+        code = exit_.exitcode if exit_.exitcode is not None else self.torch_exitcode(worker)
+        return code == 0
+
+    def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
+        return self.watcher.exit_of(worker.pid)
+
+    def torch_exitcode(self, worker: LaunchedWorker) -> int | None:
+        """The exit code torch's own process handle holds (negative N: killed by signal N).
+
+        The watcher reads the status without reaping, but torch's teardown may reap first; the
+        handle torch reaped with still knows the code.
+        """
+        with self._lock:
+            pcontext = self._contexts.get(worker.attempt)
+        processes = torch_elastic.function_worker_processes(pcontext)
+        if processes is not None and worker.local_rank < len(processes):
+            return processes[worker.local_rank].exitcode
+        return torch_elastic.binary_worker_returncode(pcontext, worker.local_rank)
+
+    def add_worker(self, worker: LaunchedWorker) -> None:
+        """Watch one worker process of an attempt (the watcher learns its pid)."""
+        self.watcher.watch(worker.pid)
+        with self._lock:
+            self._workers.append(worker)
+
+    def on_started(self, pcontext: Any) -> None:
+        """Register a freshly started process context (called right after ``start_processes``)."""
+        envs = torch_elastic.worker_envs(pcontext)
+        error_files = torch_elastic.worker_error_files(pcontext)
+        pids = torch_elastic.worker_pids(pcontext)
+        first_env = next(iter(envs.values()), {})
+        attempt = _int_or_none(first_env.get("TORCHELASTIC_RESTART_COUNT")) or 0
+        for local_rank, pid in sorted(pids.items()):
+            env = envs.get(local_rank, {})
+            self.add_worker(
+                LaunchedWorker(
+                    attempt=attempt,
+                    local_rank=local_rank,
+                    global_rank=_int_or_none(env.get("RANK")),
+                    group_rank=_int_or_none(env.get("GROUP_RANK")),
+                    pid=pid,
+                    error_file=error_files.get(local_rank, ""),
+                )
+            )
+        with self._lock:
+            self._contexts[attempt] = pcontext
+        self._wrap_close(pcontext, attempt)
+        self._wrap_join(pcontext, attempt)
+
+    def _wrap_close(self, pcontext: Any, attempt: int) -> None:
+        grace = self.teardown_grace_s
+
+        def wrap(original_close: Callable[..., None]) -> Callable[..., None]:
+            def close(death_sig: Any = None, timeout: float = 30) -> None:
+                self.note_teardown(attempt)
+                self.probe_live_workers(attempt)
+                if grace is not None:
+                    timeout = min(timeout, grace)
+                original_close(death_sig, timeout)
+                self.note_teardown_done(attempt)
+
+            return close
+
+        torch_elastic.wrap_close(pcontext, wrap)
+
+    def _wrap_join(self, pcontext: Any, attempt: int) -> None:
+        """Take over the teardown ``ProcessContext.join`` does when it sees a failed worker.
+
+        torch's ``MultiprocessContext._poll`` calls ``self._pc.join(-1)``; on a failure that join
+        sends SIGTERM to the others and waits 30 s before SIGKILL (``grace_period=None``). This
+        wrapper does the same wait on the sentinels first; if a worker failed, it ends every live
+        worker with the configured grace (:meth:`end_workers`, which notes teardown first) and puts
+        the failed worker's sentinel first, so that torch's join (which now finds every worker gone)
+        reports that worker. A worker whose error file exists has failed even before its process
+        exits (it is unwinding).
+
+        A worker that exits with code 0 before torch collected every return value failed too (it
+        never returned: ``os._exit(0)``, or SIGINT, which torch's ``spawn._wrap`` turns into exit 0).
+        torch's join counts it as a success and pops its sentinel, and its monitor loop then reads
+        HEALTHY for as long as any other worker lives, or forever once none does (it waits for a
+        return value that never comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
+        """
+        grace = self.teardown_grace_s
+        process_context = torch_elastic.joinable_process_context(pcontext)
+        if process_context is None:
+            return
+        processes = torch_elastic.processes  # the context's ``multiprocessing`` processes, by local rank
+
+        def wrap(original_join: Callable[..., bool]) -> Callable[..., bool]:
+            def join(timeout: float | None = None, grace_period: float | None = None) -> bool:
+                sentinels = torch_elastic.live_sentinels(process_context)
+                if sentinels:
+                    ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
+                    seen_ns = time.time_ns()
+                    for sentinel in ready:
+                        # Record each exit at its sentinel's time, before it is reaped and before teardown
+                        # is noted: stamped any later (a watcher thread starved of CPU, or a process not
+                        # yet waitable), it would look as if it died after teardown began (a victim).
+                        self.watcher.note_ended(processes(process_context)[sentinels[sentinel]].pid, seen_ns)
+                    early_exit_fails = self.results_delivered(attempt) is False
+                    exited = [sentinels[s] for s in ready]
+                    failed = _failed_indices(process_context, exited, early_exit_fails)
+                    failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
+                    if failed:
+                        first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
+                        self.end_workers(attempt)
+                        if processes(process_context)[first].exitcode == 0:
+                            raise _exited_without_result(process_context, first)
+                        torch_elastic.set_live_sentinels(
+                            process_context,
+                            {s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)},
+                        )
+                    timeout = 0  # the wait is done; torch's join only collects what is ready
+                try:
+                    return original_join(timeout, grace if grace_period is None else grace_period)
+                except (EOFError, pickle.UnpicklingError) as exc:
+                    raise _unreadable_error_file(process_context, exc) from exc
+
+            return join
+
+        torch_elastic.wrap_join(process_context, wrap)
+
+    def end_workers(self, attempt: int, *, probe: bool = False) -> None:
+        """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
+
+        Probed first where that helps (:meth:`probe_live_workers`; ``probe``: another pod's failure
+        ended this one's workers).
+
+        The one teardown of both the join wrapper and the agent watchdog. It includes a failed
+        worker still unwinding after recording its exception: waiting for its interpreter's shutdown
+        cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile (inherited from the agent
+        with the ``fork`` start method) may cut short torch's traceback pickle; the join wrapper
+        turns the resulting ``EOFError`` into that worker's failure. Exits are read from the kernel
+        without reaping (never through torch's handles, whose ``is_alive`` reaps), so torch's join
+        still collects every worker and the watcher still reads each status.
+        """
+        self.note_teardown(attempt)
+        self.probe_live_workers(attempt, asked=probe)
+        grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
+        exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
+        live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]
+        logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)
+        stuck = terminate_then_kill(live, grace_s=grace, exited=exited)
+        if stuck:
+            logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
+        self.note_teardown_done(attempt)
+
+    def _failure_ns(self, pcontext: Any, process_context: Any, index: int) -> int:
+        """When worker ``index`` failed: its exit (the watcher's time), else when its error file appeared."""
+        exit_ = self.watcher.exit_of(torch_elastic.processes(process_context)[index].pid)
+        if exit_ is not None:
+            return exit_.exit_ns
+        with contextlib.suppress(OSError, KeyError, TypeError):
+            return os.stat(torch_elastic.worker_error_files(pcontext)[index]).st_mtime_ns
+        return time.time_ns()
+
+
+def _failed_indices(process_context: Any, indices: list[int], early_exit_fails: bool) -> list[int]:
+    """The ready workers among ``indices`` that failed (reaping them).
+
+    Failed: a non-zero status, or any exit at all while ``early_exit_fails`` (the attempt's return
+    values were not all collected, so even exit code 0 means the worker never returned).
+    """
+    failed = []
+    for index in indices:
+        process = torch_elastic.processes(process_context)[index]
+        process.join()  # its sentinel is ready: it has exited, this only reaps it (as torch does)
+        if process.exitcode != 0 or early_exit_fails:
+            failed.append(index)
+    return failed
+
+
+def _recorded_alive_indices(pcontext: Any, process_context: Any, exclude: list[int]) -> list[int]:
+    """Workers still running whose error file exists: they recorded an uncaught exception and are exiting.
+
+    The recorder writes the file only complete (``worker_recorder.write_complete``) and only for an
+    exception that ends the worker, so the agent need not wait for the interpreter's shutdown (which
+    can take seconds with a process group and data loaders) before it tears the others down.
+    """
+    error_files = torch_elastic.worker_error_files(pcontext)
+    live = set(torch_elastic.live_sentinels(process_context).values()) - set(exclude)
+    return [index for index in sorted(live) if error_files.get(index) and os.path.exists(error_files[index])]
+
+
+def _unreadable_error_file(process_context: Any, cause: BaseException) -> Exception:
+    """torch's ``ProcessExitedException`` for a failed worker whose torch error file is cut short.
+
+    torch's join unpickles the worker's traceback file and lets the ``EOFError`` of a truncated one
+    escape, which its poll does not catch: the launch would end with "Ran out of input" instead of
+    a worker failure. The failed worker is the one joined with a non-zero status.
+    """
+    processes = torch_elastic.processes(process_context)
+    failed = [i for i, process in enumerate(processes) if process.exitcode not in (0, None)]
+    index = failed[0] if failed else 0
+    process = processes[index]
+    return torch_elastic.process_exited_exception(
+        f"process {index:d} failed; its error file could not be read ({type(cause).__name__}: {cause})",
+        index=index, pid=process.pid, exit_code=process.exitcode or 1,
+    )
+
+
+def _exited_without_result(process_context: Any, index: int) -> Exception:
+    """torch's own exception for a worker that exited 0 without returning (its ``_poll`` handles it)."""
+    sentinels = torch_elastic.live_sentinels(process_context)
+    torch_elastic.set_live_sentinels(process_context, {s: i for s, i in sentinels.items() if i != index})
+    pid = torch_elastic.processes(process_context)[index].pid
+    return torch_elastic.process_exited_exception(
+        f"process {index:d} exited with code 0 before returning its result", index=index, pid=pid, exit_code=0,
+    )
+
+
+@contextlib.contextmanager
+def _agent_objects_frozen() -> Iterator[None]:
+    """Keep workers forked in the block from garbage-collecting objects they inherit from the agent.
+
+    A forked worker inherits every object of the agent, its uncollected garbage included: the
+    previous launch's rendezvous, for instance, stays reachable from a reference cycle (the
+    exception the task raised, its traceback, the frame that raised it) until the agent's next
+    full collection. Freed by the worker's collector instead, torch's ``TCPStore`` destructor joins
+    a store thread that does not exist in the worker: SIGSEGV (the 4th and 6th of six ``fork``
+    launches run back to back in one process, every time, in ``tests/test_fork_start.py``'s
+    script). ``gc.freeze`` moves the agent's objects out of reach of every collection until
+    ``gc.unfreeze``, which the agent runs right after the fork; in the workers they stay frozen.
+    Both are list splices, not heap walks.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
+def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -> Iterator[LaunchObserver]:
+    """Route the agent's ``start_processes``, rendezvous and exit barrier through ``observer``.
+
+    For the launch only (:mod:`rootcause_engine.upstream.torch_elastic` says where torch
+    looks these up): every process context torch starts is registered with the observer (the
+    watcher's thread paused and the agent's objects frozen while the workers are forked), and the
+    observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
+    watchdog gives each phase its own time limit). ``peers`` learns each round the agent joins, and
+    its heartbeat is paused while workers are forked too (its owner stops it: it must go on beating
+    while the failure is diagnosed, so that the other pods see this one alive).
+    """
+
+    def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
+        def start(*args: Any, **kwargs: Any) -> Any:
+            # no watcher or heartbeat thread busy while the workers are forked, and no agent object
+            # they may collect
+            with (
+                observer.watcher.paused(),
+                peers.paused() if peers is not None else contextlib.nullcontext(),
+                _agent_objects_frozen(),
+            ):
+                pcontext = original(*args, **kwargs)
+            observer.on_started(pcontext)
+            return pcontext
+
+        return start
+
+    with (
+        torch_elastic.patch_start_processes(start_and_observe),
+        torch_elastic.patch_agent_phases(
+            on_rendezvous=observer.on_rendezvous,
+            on_exit_barrier=observer.on_exit_barrier,
+            after_rendezvous=None if peers is None else peers.joined,
+        ),
+    ):
+        yield observer

@@ -1,0 +1,301 @@
+"""Soft restarts, agent side: the soft-restart RFC's run loop for torch's ``LocalElasticAgent``.
+
+torch's loop answers any failure with a hard restart: every agent stops every worker and all
+rendezvous again. This loop (``restart_policy="soft"``, the RFC's ``soft-no-replace``) does instead:
+
+- **a local worker failed**: stop this node's workers (they become victims, as today), diagnose the
+  failure exactly as the hard path does (root cause vs victims), and log it for every pod. If the root cause is
+  recoverable, this node has not failed before, and restarts remain: leave the world (the others
+  scale down and go on at once), start this node's workers again PAUSED (they initialise while the
+  others train), wait until each says it is ready, then join (the others scale up). Otherwise log a
+  fatal change (every node ends its workers) and return the failure, which the task reports with
+  every earlier soft-restart failure.
+- **another node changed the world**: send this node's workers PAUSED, arrive at the new world,
+  send HEALTHY with their new ranks (:mod:`.soft_world`). The workers keep their processes.
+
+The first world is torch's rendezvous; the workers' ranks in torch's ``WorkerGroup`` follow every
+world, so return values are keyed by the final world's ranks, as kfpytorch expects. The loop runs in
+torch's agent (:func:`rootcause_engine.upstream.torch_agent_loop.launcher_agent_with_loop`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from torch.distributed.elastic.agent.server.api import RunResult
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+from rootcause_core.timestamps import rfc3339_ns
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.soft_world import Change, SoftWorld, World
+from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.upstream.torch_agent_loop import (
+    AgentParts,
+    finished_without_results,
+    is_failed,
+    is_healthy,
+    is_succeeded,
+)
+from rootcause_engine.worker.world_events import WorkerEvent, WorkerInfo, WorldChangeEvent
+from rootcause_engine.worker.world_events import WorkerState as ChannelState
+
+logger = logging.getLogger(__name__)
+
+@dataclasses.dataclass
+class SoftRestartSession:
+    """What one launch's soft-restart agent needs from the task, and what it leaves for the report.
+
+    ``diagnose`` runs the diagnosis pipeline on a local failure (its launch record, no peers: the job
+    goes on) and returns the diagnosis, recoverable or not (``None``: no worker failed);
+    ``end_workers`` ends this node's running workers as victims (a fatal failure elsewhere).
+    ``min_nodes``: the smallest world the job may go on with (``nnodes``' minimum). ``timeout_s``
+    bounds a world change: members arriving at a new world, and a restarted node's workers getting
+    ready (their own initialisation included). ``changes`` is the job's membership log as this node
+    last saw it (every node's soft restarts, for the report and the Deck), ``worlds`` every world
+    this node was part of (version, members, when formed).
+    """
+
+    worker: str
+    channel: WorkerChannel
+    diagnose: Callable[[ChildFailedError], Diagnosis | None]
+    end_workers: Callable[[], None]
+    timeout_s: float
+    min_nodes: int = 1
+    worlds: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
+    changes: tuple[Change, ...] = ()
+    fatal_elsewhere: str | None = None
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+_CHANGE_WORDS = {
+    "leave": "failed; its workers restarted while the others went on without it",
+    "join": "rejoined (its restarted workers were ready)",
+    "fatal": "failed for good",
+    "lost": "never arrived at a new world; the others went on without it",
+}
+
+
+#: How long a node's workers may still run once another node's workers have all returned.
+FINISH_GRACE_S = 5.0
+
+
+def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]:
+    """Every node's membership changes this pod knows of, in order: (time ns, node, what, reason)."""
+    with session.lock:
+        changes = session.changes
+    return [(c.time_ns, c.name, _CHANGE_WORDS.get(c.op, c.op), c.reason) for c in changes]
+
+
+def history_note(session: SoftRestartSession) -> str:
+    """The report's paragraph on what the job went through before (every node's changes, in order)."""
+    rows = history_rows(session)
+    if not rows:
+        return ""
+    with session.lock:
+        worlds = list(session.worlds)
+    lines = ["Soft restarts before this failure (every node's, from the job's membership log):"]
+    lines += [f"  - {rfc3339_ns(at)} {node} {what}{f': {reason}' if reason else ''}" for at, node, what, reason in rows]
+    if session.fatal_elsewhere:
+        lines.append(f"  This pod's workers were ended because: {session.fatal_elsewhere}")
+    lines.append(
+        "  Worlds this pod was part of: "
+        + "; ".join(f"{version}: nodes {list(members)} at {rfc3339_ns(at)}" for version, members, at in worlds)
+    )
+    return "\n".join(lines)
+
+
+def _change_event(world: World) -> WorldChangeEvent:
+    """What made ``world``, as the workers are told: the last membership change before it."""
+    return WorldChangeEvent.SCALE_UP if world.grew else WorldChangeEvent.SCALE_DOWN
+
+
+def _summary(diagnosis: Diagnosis | None) -> str:
+    return "a worker failed and left no evidence" if diagnosis is None else diagnosis.summary
+
+
+class SoftRestartLoop:
+    """The run loop of one launch's agents under ``restart_policy="soft"`` (module docstring)."""
+
+    def __init__(self, session: SoftRestartSession) -> None:
+        self.session = session
+        self.parts: AgentParts
+        self.world: SoftWorld
+        self.failed_before = False  # a node is restarted once: its second failure ends the job
+
+    def __call__(self, parts: AgentParts) -> RunResult:
+        self.parts = parts
+        parts.rendezvous()
+        if not parts.shares_rendezvous_store:
+            raise RuntimeError(
+                'restart_policy="soft" needs torch\'s shared rendezvous store (each new world\'s process group '
+                "meets there): unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE and use the c10d rendezvous backend"
+            )
+        self.world = SoftWorld(parts.store, parts.group_rank, self.session.worker, range(parts.group_world_size),
+                               self.session.min_nodes)
+        self._world_formed(self.world.current)
+        self._start_local_workers(self._healthy_events(self.world.current, None))
+        finished_seen: float | None = None
+        while True:
+            time.sleep(parts.monitor_interval)
+            result = parts.poll()
+            if is_succeeded(result):
+                self.world.announce_finished()
+                parts.exit_barrier()
+                return result
+            if is_failed(result):
+                if self.session.fatal_elsewhere is not None:
+                    return result
+                try:
+                    unhealed = self._heal(result)
+                except TimeoutError as exc:  # the restarted workers, or the others, never came
+                    self._give_up(exc)
+                    continue
+                if unhealed is not None:
+                    return unhealed
+            elif is_healthy(result) and self.world.job_finished():
+                # another node's workers all returned: these finish their last step within moments, or
+                # (restarted just as the training ended) wait for a world that will never be whole
+                finished_seen = finished_seen or time.monotonic()
+                if time.monotonic() - finished_seen > FINISH_GRACE_S:
+                    return self._finished_elsewhere()
+            elif is_healthy(result) and self.world.change_proposed():
+                try:
+                    self._follow_change()
+                except TimeoutError as exc:
+                    self._give_up(exc)
+
+    def _give_up(self, error: TimeoutError) -> None:
+        """A world change did not complete in time: the job cannot go on as one. Tell the other nodes
+        (a fatal change), end this node's workers (they become victims) and report why; the loop
+        returns their failure next."""
+        logger.error("%s: ending the job", error)
+        self.session.fatal_elsewhere = str(error)
+        try:
+            self.world.fail_job(str(error))
+        except (RuntimeError, OSError) as store_error:  # the store went with its pod: nobody to tell
+            logger.warning("could not tell the other nodes: %s", store_error)
+        self.session.end_workers()
+
+    # --- a failure on this node ----------------------------------------------------------------
+
+    def _heal(self, result: RunResult) -> RunResult | None:
+        """Stop, diagnose, and restart this node softly if allowed; the result to return if not."""
+        self.parts.stop_workers()
+        if self.world.change_proposed() and (fatal := self.world.peek().fatal) is not None:
+            self.session.fatal_elsewhere = f"{fatal.name}: {fatal.reason}"
+            return result  # the job failed elsewhere first: this node's workers fell with it
+        diagnosis = self.session.diagnose(self.parts.child_failed_error(result))
+        recoverable = diagnosis is not None and diagnosis.recoverable
+        failed_before, self.failed_before = self.failed_before, True
+        healable = recoverable and not failed_before and self.parts.remaining_restarts > 0
+        if not healable:
+            why = "not recoverable" if not recoverable else (
+                "this node failed before" if failed_before else "no restarts left")
+            logger.error("soft restart: this node's failure ends the job (%s)", why)
+            self.world.fail_job(_summary(diagnosis))
+            return result
+        logger.warning("soft restart: leaving the world, restarting this node's workers: %s", _summary(diagnosis))
+        self.world.leave(_summary(diagnosis))
+        self.parts.use_restart()
+        paused = WorkerEvent(time.time(), ChannelState.PAUSED, WorldChangeEvent.SCALE_UP)
+        self._start_local_workers({local_rank: paused for local_rank in self.parts.ranks()})
+        ended = self._wait_until_ready()
+        if ended is not None:
+            return self._heal(ended) if is_failed(ended) else ended
+        world = self.world.join(self.session.timeout_s)
+        if world.finished:
+            return self._finished_elsewhere()
+        self._enter(world)
+        return None
+
+    def _finished_elsewhere(self) -> RunResult:
+        """The training ended while this node restarted: its workers are not needed any more."""
+        logger.warning("soft restart: the training finished while this node restarted; stopping its workers")
+        self.parts.stop_workers()
+        self.parts.exit_barrier()
+        return finished_without_results()
+
+    def _wait_until_ready(self) -> RunResult | None:
+        """Wait until every restarted worker waits for a world; the poll's result if they ended first."""
+        deadline = time.monotonic() + self.session.timeout_s
+        while not self.session.channel.waiting(self.parts.pids()):
+            result = self.parts.poll()
+            if not is_healthy(result):
+                return result
+            if self.world.job_finished():
+                return self._finished_elsewhere()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"soft restart: this node's restarted workers were not ready within {self.session.timeout_s:g} s"
+                )
+            time.sleep(min(self.parts.monitor_interval, 0.05))
+        return None
+
+    # --- a change elsewhere --------------------------------------------------------------------
+
+    def _follow_change(self) -> None:
+        change = _change_event(self.world.peek())
+        for local_rank in self.parts.ranks():
+            self.session.channel.publish(local_rank, WorkerEvent(time.time(), ChannelState.PAUSED, change))
+        world = self.world.next_world(self.session.timeout_s)
+        if not world.finished:  # else this node's workers are done with their last step: they return
+            self._enter(world)
+
+    def _enter(self, world: World) -> None:
+        """Send this node's workers their place in ``world``; end them if the job failed elsewhere."""
+        if world.fatal is not None or self.world.node not in world.members:
+            with self.session.lock:
+                self.session.changes = world.changes
+            culprit = world.fatal
+            self.session.fatal_elsewhere = (
+                f"{culprit.name}: {culprit.reason}" if culprit is not None else "this node was left out of the job"
+            )
+            logger.error("soft restart: the job failed elsewhere (%s): ending this node's workers",
+                         self.session.fatal_elsewhere)
+            self.session.end_workers()
+            return
+        self._world_formed(world)
+        for local_rank, event in self._healthy_events(world, _change_event(world)).items():
+            self.session.channel.publish(local_rank, event)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _world_formed(self, world: World) -> None:
+        """Follow ``world`` in torch's worker group (ranks for return values) and in the timeline."""
+        local = self.parts.local_world_size
+        self.parts.set_ranks(world.group_rank(self.world.node) * local, local * len(world.members))
+        with self.session.lock:
+            self.session.worlds.append((world.version, world.members, time.time_ns()))
+            self.session.changes = world.changes
+
+    def _healthy_events(self, world: World, change: WorldChangeEvent | None) -> dict[int, WorkerEvent]:
+        parts = self.parts
+        return {
+            local_rank: WorkerEvent(
+                time.time(),
+                ChannelState.HEALTHY,
+                change,
+                WorkerInfo(
+                    local_rank=local_rank,
+                    role_rank=rank,
+                    rank=rank,
+                    local_world_size=parts.local_world_size,
+                    role_world_size=world_size,
+                    world_size=world_size,
+                    master_addr=parts.master_addr,
+                    master_port=parts.master_port,
+                    world_version=world.version,
+                ),
+            )
+            for local_rank, (rank, world_size) in parts.ranks().items()
+        }
+
+    def _start_local_workers(self, first_events: dict[int, WorkerEvent]) -> None:
+        """Start this node's workers, each with a fresh channel file holding its first event."""
+        for local_rank, event in first_events.items():
+            self.session.channel.start_fresh(local_rank, event)
+        self.parts.start_workers()

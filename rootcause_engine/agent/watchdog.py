@@ -1,0 +1,254 @@
+"""Agent watchdog: a hung elastic agent still ends the pod, and still reports the root cause.
+
+torch's agent can get stuck after its workers failed: a poll or teardown that never returns, a
+rendezvous whose store died with a peer, a deadlock when every worker dies at once (SIGABRT from
+the NCCL watchdog). The pod then hangs until someone kills it, and no error document is written.
+Flyte 2's pytorch plugin counts zombie children and calls ``os._exit(1)``: the pod ends, silently.
+
+This watchdog runs on a thread of the agent process for the duration of the launch. Every
+``interval_s`` it looks at what the launch observer and the death watcher know (no torch state,
+nothing that blocks) and decides, with the pure :func:`hang_deadline_ns`, whether the agent is hung:
+
+- a worker of the last attempt failed (a non-zero exit, a death by signal, an error file, or, in a
+  function launch, any exit before torch collected every return value) and the agent has not
+  finished with it within ``hang_timeout_s``: torch needs one monitor interval plus one teardown
+  grace for that, so a minute without returning from the launch means it never will;
+- every worker of the last attempt exited and the agent, outside torch's exit barrier, has not
+  finished within ``hang_timeout_s`` of the last exit (or of leaving the barrier), whatever its
+  monitor loop believes;
+- the agent entered a rendezvous (a restart) and is still in it ``hang_timeout_s`` after the
+  rendezvous' own time limit (``join_timeout`` + ``last_call_timeout``), or its exit barrier
+  ``hang_timeout_s`` after the barrier's own limit (300 s).
+
+What it knows of the workers comes from the death watcher, confirmed by asking the kernel directly
+on every look (so a starved or stopped watcher thread cannot blind it), never from torch's state.
+
+When it fires it notes teardown, ends any surviving worker (SIGTERM, grace, SIGKILL: they become
+victims), takes the launch record and runs the one diagnosis pipeline on it, peers included, as
+every other road does (:func:`.diagnosis.pipeline.diagnose`, trigger ``AGENT_HUNG``), turns the
+diagnosis into the front-end's exception (``error_of``, given by the task), hands that to the
+last-resort failure sink (:mod:`failure_sink`: the entrypoint's per-worker error-file writer, else
+stderr), and exits with :data:`AGENT_HUNG_EXIT_CODE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from rootcause_core.timestamps import from_seconds
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, PeerTestimony, Trigger, agent_hung, diagnose
+from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
+from rootcause_engine.agent.launch_observer import LaunchObserver
+from rootcause_engine.agent.launch_record import record_launch
+
+logger = logging.getLogger(__name__)
+
+#: Exit status of a pod whose agent the watchdog ended: non-zero, and distinct in the pod status from an
+#: uncaught exception (1), a usage error (2) and the entrypoint's failed error-file write (3).
+AGENT_HUNG_EXIT_CODE = 4
+#: torch's ``LocalElasticAgent`` exit barrier (``launch_agent`` does not change it).
+TORCH_EXIT_BARRIER_TIMEOUT_S = 300.0
+#: torch's c10d rendezvous defaults, for configs that do not set them.
+TORCH_RENDEZVOUS_JOIN_TIMEOUT_S = 600.0
+TORCH_RENDEZVOUS_LAST_CALL_TIMEOUT_S = 30.0
+
+
+
+def rendezvous_allowance_s(rdzv_configs: Mapping[str, Any] | None) -> float:
+    """How long one rendezvous may legitimately take with these ``rdzv_configs``."""
+    configs = rdzv_configs or {}
+
+    def seconds(key: str, default: float) -> float:
+        try:
+            return float(configs.get(key, default))
+        except (TypeError, ValueError):
+            return default
+
+    return seconds("join_timeout", TORCH_RENDEZVOUS_JOIN_TIMEOUT_S) + seconds(
+        "last_call_timeout", TORCH_RENDEZVOUS_LAST_CALL_TIMEOUT_S
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogSettings:
+    """How often to look, and how long each phase of the agent may go without finishing."""
+
+    interval_s: float
+    hang_timeout_s: float
+    teardown_grace_s: float
+    rendezvous_allowance_s: float = TORCH_RENDEZVOUS_JOIN_TIMEOUT_S + TORCH_RENDEZVOUS_LAST_CALL_TIMEOUT_S
+    exit_barrier_allowance_s: float = TORCH_EXIT_BARRIER_TIMEOUT_S
+    sink_timeout_s: float = DEFAULT_SINK_TIMEOUT_S
+
+
+def watchdog_settings(config: Any) -> WatchdogSettings | None:
+    """The watchdog settings of an ``ElasticRootCause`` config; ``None`` when it is switched off."""
+    if not config.agent_watchdog:
+        return None
+    return WatchdogSettings(
+        interval_s=config.agent_watchdog_interval_s,
+        hang_timeout_s=config.agent_hang_timeout_s,
+        teardown_grace_s=config.teardown_grace_s,
+        rendezvous_allowance_s=rendezvous_allowance_s(config.rdzv_configs),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSnapshot:
+    """What the watchdog knows about the last attempt at one moment (all times in ns)."""
+
+    now_ns: int
+    workers: int
+    exited: int
+    first_failure_ns: int | None
+    last_exit_ns: int | None
+    rendezvous_since_ns: int | None
+    exit_barrier_since_ns: int | None = None
+    exit_barrier_left_ns: int | None = None
+
+
+def hang_deadline_ns(snapshot: AgentSnapshot, settings: WatchdogSettings) -> int | None:
+    """When the agent counts as hung, given what it is doing; ``None`` while nothing is expected of it."""
+    hang_ns = from_seconds(settings.hang_timeout_s)
+    if snapshot.workers == 0:
+        return None  # first rendezvous: torch's own timeouts apply, and there is nothing to report
+    if snapshot.rendezvous_since_ns is not None:
+        return snapshot.rendezvous_since_ns + from_seconds(settings.rendezvous_allowance_s) + hang_ns
+    if snapshot.exit_barrier_since_ns is not None:
+        return snapshot.exit_barrier_since_ns + from_seconds(settings.exit_barrier_allowance_s) + hang_ns
+    deadlines = []
+    if snapshot.first_failure_ns is not None:
+        deadlines.append(snapshot.first_failure_ns + hang_ns)
+    if snapshot.exited == snapshot.workers and snapshot.last_exit_ns is not None:
+        settled_ns = max(snapshot.last_exit_ns, snapshot.exit_barrier_left_ns or 0)
+        deadlines.append(settled_ns + hang_ns)
+    return min(deadlines, default=None)
+
+
+def is_hung(snapshot: AgentSnapshot, settings: WatchdogSettings) -> bool:
+    deadline = hang_deadline_ns(snapshot, settings)
+    return deadline is not None and snapshot.now_ns >= deadline
+
+
+def take_snapshot(observer: LaunchObserver, now_ns: int | None = None) -> AgentSnapshot:
+    """Read the launch record with every exit confirmed by the kernel (never torch's monitor state,
+    which a hung agent may hold); whether a worker failed, and when, is the record's answer."""
+    now = time.time_ns() if now_ns is None else now_ns
+    record = record_launch(observer, ask_kernel=True)
+    exits = record.exits_ns
+    return AgentSnapshot(
+        now_ns=now,
+        workers=len(record.workers),
+        exited=len(exits),
+        first_failure_ns=record.first_failure_ns,
+        last_exit_ns=max(exits, default=None),
+        rendezvous_since_ns=observer.rendezvous_since_ns,
+        exit_barrier_since_ns=observer.exit_barrier_since_ns,
+        exit_barrier_left_ns=observer.exit_barrier_left_ns,
+    )
+
+
+def _describe_hang(snapshot: AgentSnapshot, settings: WatchdogSettings) -> str:
+    if snapshot.rendezvous_since_ns is not None:
+        phase = "stuck in a rendezvous past its time limit"
+    elif snapshot.exit_barrier_since_ns is not None:
+        phase = "stuck in its exit barrier past its time limit"
+    elif snapshot.first_failure_ns is not None:
+        phase = "stuck after a worker failed"
+    else:
+        phase = "stuck after every worker exited successfully"
+    return (
+        f"The elastic agent hung ({phase}; {snapshot.exited} of {snapshot.workers} workers of the last attempt "
+        f"had exited): the agent watchdog ended the pod after {settings.hang_timeout_s:g} s without progress. "
+        "Any worker still running then was terminated and is listed as a victim."
+    )
+
+
+class AgentWatchdog:
+    """Background thread that ends a hung agent after reporting its root cause; a context manager."""
+
+    def __init__(
+        self,
+        observer: LaunchObserver,
+        settings: WatchdogSettings,
+        *,
+        error_of: Callable[[Diagnosis], BaseException],
+        peers: PeerTestimony | None = None,
+        exit_process: Callable[[int], Any] = os._exit,
+    ) -> None:
+        """``error_of`` turns the diagnosis into the front-end's exception (what the failure sink
+        writes); ``peers``: the other pods, told and asked as on the normal failure path."""
+        self.observer = observer
+        self.settings = settings
+        self.error_of = error_of
+        self.peers = peers
+        self._exit_process = exit_process
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rootcause-agent-watchdog", daemon=True)
+
+    def __enter__(self) -> AgentWatchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.interval_s + 1)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.settings.interval_s):
+                snapshot = take_snapshot(self.observer)
+                if is_hung(snapshot, self.settings) and not self._stop.is_set():
+                    self.fire(snapshot)
+                    return
+        except Exception:  # the watchdog must never take a healthy agent down
+            logger.exception("agent watchdog stopped")
+
+    def fire(self, snapshot: AgentSnapshot) -> None:
+        """End the surviving workers, report the root cause through the sink, exit the process.
+
+        Whatever fails on the way (a bug, an unreadable error file), the process still exits: the
+        watchdog exists so that the pod never hangs.
+        """
+        note = _describe_hang(snapshot, self.settings)
+        try:
+            logger.critical("%s Writing the root cause and exiting.", note)
+            self._end_survivors()
+            error = self.error_of(self._diagnosis(note))
+            delivery = deliver_last_resort(error, timeout_s=self.settings.sink_timeout_s)
+            if delivery.written_to:
+                logger.critical("root cause written to %s", delivery.written_to)
+        except BaseException:
+            logger.exception("agent watchdog could not report the root cause; exiting anyway")
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            self._exit_process(AGENT_HUNG_EXIT_CODE)
+
+    def _end_survivors(self) -> None:
+        """Note teardown, then SIGTERM/grace/SIGKILL the last attempt's live workers (victims)."""
+        attempt = self.observer.last_attempt()
+        if attempt is not None:
+            self.observer.end_workers(attempt)
+
+    def _diagnosis(self, note: str) -> Diagnosis:
+        """The pipeline's diagnosis of the last attempt; the hang itself when no worker failed."""
+        try:
+            record = record_launch(self.observer)
+            diagnosis = diagnose(record, trigger=Trigger.AGENT_HUNG, peers=self.peers, notes=[note])
+        except Exception:
+            logger.exception("could not rank the workers' failures")
+            diagnosis = None
+        return diagnosis if diagnosis is not None else agent_hung(note, peers=self.peers)

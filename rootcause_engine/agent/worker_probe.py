@@ -1,0 +1,122 @@
+"""Agent side: ask the live workers where they are, just before tearing them down.
+
+Why: after a collective timeout, the rank that hung is alive and silent; once SIGTERM ends it, it
+looks like every other victim. Each worker that installed the probe
+(:mod:`rootcause_engine.worker.hang_probe`) answers :data:`PROBE_SIGNAL` with its stacks
+(at once, from a C signal handler) and its last collective per process group (from Python, when
+its main thread runs). The agent waits for the stacks of every probed worker, and for the
+collectives of those that can answer, up to ``wait_s``: a rank blocked inside a collective cannot
+answer from Python, and its stack already says where it is.
+
+Cost: nothing unless a teardown has live workers to end; then one signal per live worker and the
+wait for their answers (milliseconds when every worker answers), bounded by ``wait_s``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Iterable
+
+from rootcause_core.collectives import CollectivePosition, positions_from_json
+from rootcause_core.safe_text import MAX_WORKER_TEXT_BYTES, bounded_text
+from rootcause_engine.worker.hang_probe import PROBE_SIGNAL, probe_paths
+
+#: Upper bound on the wait for the answers (added to a teardown only when some worker is slow to answer).
+PROBE_WAIT_S = 1.0
+#: A stacks file that has not grown for this long is complete (its worker cannot answer from Python).
+STACKS_SETTLED_S = 0.2
+_POLL_S = 0.01
+#: Frames that mean "inside a torch.distributed call" in a faulthandler dump.
+COLLECTIVE_FRAME_MARKERS: tuple[str, ...] = (
+    "torch/distributed/distributed_c10d.py",
+    "torch/distributed/c10d_logger.py",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeAnswer:
+    """What one live worker said when probed: its stacks, and its collectives if it could answer."""
+
+    pid: int
+    asked_ns: int
+    stacks: str
+    collectives: tuple[CollectivePosition, ...] | None  # None: no answer from its Python handler
+
+    @property
+    def in_collective(self) -> bool:
+        """Some thread of the worker was inside a torch.distributed call when probed."""
+        return any(marker in self.stacks for marker in COLLECTIVE_FRAME_MARKERS)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(4 * MAX_WORKER_TEXT_BYTES)
+    except OSError:
+        return ""
+
+
+def _read_collectives(path: str, pid: int, asked_ns: int) -> tuple[CollectivePosition, ...] | None:
+    """The worker's answer, if it wrote one for this probe (its pid, written after the ask)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("pid") != pid:
+        return None
+    written = document.get("written_ns")
+    if not isinstance(written, int) or written < asked_ns:
+        return None
+    return tuple(positions_from_json(document.get("collectives")))
+
+
+def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_WAIT_S) -> dict[int, ProbeAnswer]:
+    """Probe every worker (pid, torch error file) that installed the probe; the answers by pid.
+
+    A worker's answer is complete when its collectives arrive (its C handler wrote the stacks
+    before its Python handler ran), or when its stacks have stopped growing for
+    :data:`STACKS_SETTLED_S` (a worker whose main thread cannot run Python now).
+    """
+    asked_ns = time.time_ns()
+    pending: dict[int, tuple[str, str]] = {}
+    for pid, error_file in workers:
+        if not error_file:
+            continue
+        ready, stacks, collectives = probe_paths(os.path.dirname(error_file))
+        if not os.path.exists(ready):
+            continue  # not installed (yet): the signal's default action would kill it
+        try:
+            os.kill(pid, PROBE_SIGNAL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        pending[pid] = (stacks, collectives)
+    answers: dict[int, ProbeAnswer] = {}
+    growth: dict[int, tuple[int, float]] = {}  # pid -> (stacks size, when it last changed)
+    deadline = time.monotonic() + wait_s
+    while pending:
+        now = time.monotonic()
+        for pid, (stacks, collectives) in list(pending.items()):
+            positions = _read_collectives(collectives, pid, asked_ns)
+            size = _size(stacks)
+            last_size, changed = growth.get(pid, (-1, now))
+            growth[pid] = (size, changed if size == last_size else now)
+            settled = size > 0 and now - growth[pid][1] >= STACKS_SETTLED_S
+            if positions is not None or settled or now >= deadline:
+                del pending[pid]
+                text = bounded_text(_read_text(stacks), MAX_WORKER_TEXT_BYTES)
+                if text or positions is not None:
+                    answers[pid] = ProbeAnswer(pid, asked_ns, text, positions)
+        if pending:
+            time.sleep(_POLL_S)
+    return answers
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

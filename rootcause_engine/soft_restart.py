@@ -1,0 +1,247 @@
+"""Soft restarts: the worker runtime API of torch's soft-restart RFC, for ``restart_policy="soft"``.
+
+With ``ElasticRootCause(nnodes="1:2", max_restarts=1, restart_policy="soft")``, a failure on one node
+no longer kills every worker of the job. The failed node's agent restarts its own workers; every
+other node's workers keep their processes (and their model, optimizer and data loader state): their
+agent sends them PAUSED, forms a new world without the failed node (scale-down), sends HEALTHY
+with their new ranks, and does the same again when the restarted node is ready (scale-up).
+
+A training loop written for it (gloo or NCCL)::
+
+    from flytekitplugins_rootcause import soft_restart  # or: from rootcause_engine import soft_restart
+
+    info = soft_restart.reinitialize()           # waits for the first world, makes the process group
+    state = restore_or_init()                    # a restarted worker loads its state here, once
+    while state.step < steps:
+        if soft_restart.world_changed():         # a scale-up is pending: leave the group at a step boundary
+            info = soft_restart.reinitialize()
+            state = sync_from_peers(state)       # the new world agrees on the latest step
+        try:
+            train_step(state)                    # collectives raise when a peer fails
+        except dist.DistError:
+            info = soft_restart.reinitialize()
+            state = sync_from_peers(state)
+
+What survivors must hold, and what NCCL needs, is in ``docs/soft_restarts.md``.
+
+Each call reads this worker's channel file (:mod:`rootcause_engine.worker.world_events`):
+a ``stat`` per :func:`world_changed`, a read only when the file changed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from rootcause_engine.worker.world_events import (
+    EVENTS_DIR_VARIABLE,
+    WorkerEvent,
+    WorkerInfo,
+    WorkerState,
+    WorldChangeEvent,
+    events_path,
+    read_events,
+    waiting_path,
+)
+
+__all__ = [
+    "WorkerEvent",
+    "WorkerInfo",
+    "WorkerState",
+    "WorldChangeEvent",
+    "current_world_version",
+    "enabled",
+    "get_worker_event",
+    "get_worker_info",
+    "reinitialize",
+    "world_changed",
+]
+
+#: How often a waiting worker looks at its channel file.
+POLL_INTERVAL_S = 0.005
+#: How long :func:`get_worker_info` waits for a HEALTHY world by default: gloo's default collective
+#: timeout, so a worker waits for a new world as long as it would have waited in a collective.
+DEFAULT_WAIT_S = 1800.0
+
+
+class _Channel:
+    """This process's channel file, read again only when it changed."""
+
+    def __init__(self) -> None:
+        directory = os.environ.get(EVENTS_DIR_VARIABLE)
+        if not directory:
+            raise RuntimeError(
+                f"no soft-restart channel: {EVENTS_DIR_VARIABLE} is not set. The soft-restart API works in the "
+                'workers of an ElasticRootCause(..., restart_policy="soft") task only.'
+            )
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.path = events_path(directory, local_rank)
+        self.waiting = waiting_path(directory, local_rank)
+        self._seen: tuple[int, int] | None = None
+        self._latest: WorkerEvent | None = None
+        self.version: int | None = None  # the world of the process group this process made
+        self.transport_fds: set[int] = set()  # the sockets that group opened (see _abort_gloo_transport)
+
+    def latest(self) -> WorkerEvent | None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        key = (stat.st_size, stat.st_mtime_ns)
+        if key != self._seen:
+            events = read_events(self.path)
+            self._latest = events[-1] if events else None
+            self._seen = key
+        return self._latest
+
+    def say_waiting(self) -> None:
+        """Tell the agent this process waits for a world (written whole: a rename)."""
+        partial = self.waiting.with_name(f".{self.waiting.name}.{os.getpid()}")
+        partial.write_text(str(os.getpid()))
+        partial.replace(self.waiting)
+
+
+_channel: _Channel | None = None
+
+
+def _this_channel() -> _Channel:
+    global _channel
+    if _channel is None or _channel.path.parent != Path(os.environ.get(EVENTS_DIR_VARIABLE, "")):
+        _channel = _Channel()
+    return _channel
+
+
+def enabled() -> bool:
+    """Whether this worker runs under a soft-restart agent (else the API has no channel to read)."""
+    return bool(os.environ.get(EVENTS_DIR_VARIABLE))
+
+
+def get_worker_event() -> WorkerEvent:
+    """The latest event from this worker's agent (``PAUSED`` until its first world is formed)."""
+    event = _this_channel().latest()
+    return event if event is not None else WorkerEvent(time.time(), WorkerState.PAUSED)
+
+
+def current_world_version() -> int | None:
+    """The world the process group made by :func:`reinitialize` belongs to; ``None`` before the first."""
+    return _this_channel().version
+
+
+def world_changed() -> bool:
+    """Whether the agent has paused this worker's world or formed a newer one since :func:`reinitialize`.
+
+    A training loop asks once per step and calls :func:`reinitialize` when it is true, so every
+    member of a world leaves it at a step boundary (a peer that is still in a collective sees the
+    group close and raises).
+    """
+    channel = _this_channel()
+    event = channel.latest()
+    if event is None:
+        return channel.version is not None
+    if event.worker_state is WorkerState.PAUSED:
+        return True
+    return event.worker_info is not None and event.worker_info.world_version != channel.version
+
+
+def get_worker_info(timeout_s: float = DEFAULT_WAIT_S, *, newer_than: int | None = None) -> WorkerInfo:
+    """This worker's place in the current world, waiting while the world is PAUSED.
+
+    ``newer_than``: wait for a world after that version (the one a failed collective belonged to).
+    Raises ``TimeoutError`` after ``timeout_s`` without such a world.
+    """
+    channel = _this_channel()
+    deadline = time.monotonic() + timeout_s
+    said_waiting = False
+    while True:
+        event = channel.latest()
+        info = None if event is None else event.worker_info
+        if (
+            event is not None
+            and event.worker_state is WorkerState.HEALTHY
+            and info is not None
+            and (newer_than is None or info.world_version > newer_than)
+        ):
+            return info
+        if not said_waiting:
+            channel.say_waiting()
+            said_waiting = True
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"no new world from the agent after {timeout_s:g} s (last event: "
+                f"{'none' if event is None else event.worker_state.value})"
+            )
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _socket_fds() -> set[int]:
+    """This process's open sockets (Linux ``/proc``; empty where there is none)."""
+    found = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                found.add(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _abort_gloo_transport(fds: set[int]) -> None:
+    """Shut down the connections of a gloo group: gloo's own ``abort``/``destroy`` leave a peer that
+    waits on this process blocked until the collective timeout (checked on torch 2.13: 20 s of a
+    20 s timeout), while a shut-down connection makes it raise "connection closed" at once, so the
+    whole old world leaves its collectives within moments. Listening sockets are left alone (gloo's
+    listener thread aborts the process when its socket is shut down under it)."""
+    for fd in fds:
+        try:
+            with socket.socket(fileno=os.dup(fd)) as connection:
+                if not connection.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            continue  # closed meanwhile, or not a TCP socket
+
+
+def _leave_process_group(channel: _Channel) -> None:
+    """Leave the current default process group so that no peer stays blocked on this process: for
+    NCCL, torch's communicator abort; for gloo, its connections shut down (:func:`_abort_gloo_transport`)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    if dist.get_backend() == "nccl":
+        from rootcause_engine.upstream.torch_worker import abort_process_groups
+
+        abort_process_groups()
+    else:
+        _abort_gloo_transport(channel.transport_fds)
+        dist.destroy_process_group()
+    channel.transport_fds = set()
+
+
+def reinitialize(
+    backend: str | None = None, *, timeout: timedelta | None = None, wait_timeout_s: float = DEFAULT_WAIT_S
+) -> WorkerInfo:
+    """Leave the current process group, wait for the next HEALTHY world, and join its process group.
+
+    The first call (no group yet) waits for the first world. ``backend`` defaults to
+    :func:`rootcause_engine.distributed.default_backend` (NCCL where CUDA is, else gloo); ``timeout``
+    is the new group's collective timeout.
+    """
+    import torch.distributed as dist
+
+    from rootcause_engine.distributed import default_backend
+
+    channel = _this_channel()
+    _leave_process_group(channel)
+    info = get_worker_info(wait_timeout_s, newer_than=channel.version)
+    before = _socket_fds()
+    dist.init_process_group(backend or default_backend(), **info.get_pg_parameters(timeout))
+    channel.transport_fds = _socket_fds() - before
+    channel.version = info.world_version
+    return info

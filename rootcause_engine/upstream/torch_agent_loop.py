@@ -1,0 +1,180 @@
+"""How a launch replaces torch elastic's agent run loop (the soft-restart policy), and what the loop may touch.
+
+torch's ``SimpleElasticAgent._invoke_run`` is the whole restart policy: rendezvous, start, poll,
+and on any failure stop everything and rendezvous again. A different policy needs a different
+loop over the same parts. :func:`launcher_agent_with_loop` makes, for one launch, a subclass of
+``LocalElasticAgent`` whose ``_invoke_run`` calls the given loop, and puts it where
+``torch.distributed.launcher.api.launch_agent`` looks its agent class up (a module global); the
+loop gets an :class:`AgentParts`, public names for the agent's protected parts, so the policy
+itself (:mod:`rootcause_engine.agent.soft_restart_agent`) holds no torch internals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher import api as launcher_api
+
+from rootcause_engine.upstream.patching import patched
+from rootcause_engine.upstream.torch_elastic import torch_symbol as _torch
+from rootcause_engine.upstream.versions import Symbol, require
+
+_LAUNCHER = "torch.distributed.launcher.api"
+_AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
+_API = "torch.distributed.elastic.agent.server.api"
+
+
+SYMBOLS: tuple[Symbol, ...] = (
+    _torch(_LAUNCHER, "LocalElasticAgent", "replaces for a launch, with an agent running another restart policy"),
+    _torch(_API, "SimpleElasticAgent._invoke_run", "overrides: the run loop is the restart policy"),
+    _torch(_API, "SimpleElasticAgent._worker_group", "reads, the loop's worker group", instance_attribute=True),
+    _torch(_API, "SimpleElasticAgent._remaining_restarts", "reads and counts down", instance_attribute=True),
+    _torch(_AGENT, "LocalElasticAgent._pcontext", "reads, for the running workers' pids", instance_attribute=True),
+    _torch(_AGENT, "LocalElasticAgent._start_workers", "calls, to start this node's workers"),
+    _torch(_AGENT, "LocalElasticAgent._stop_workers", "calls, to stop this node's workers"),
+    _torch(_AGENT, "LocalElasticAgent._monitor_workers", "calls, to poll this node's workers"),
+    *(
+        _torch(_API, path, "reads, for the workers' place in the job", instance_attribute=True)
+        for path in ("WorkerGroup.spec", "WorkerGroup.master_addr", "WorkerGroup.master_port",
+                     "WorkerSpec.rdzv_handler")
+    ),
+    *(
+        _torch(_API, path, "sets, so return values follow the ranks of each new world", instance_attribute=True)
+        for path in ("Worker.local_rank", "Worker.role_rank", "Worker.world_size", "Worker.role_world_size",
+                     "Worker.id")
+    ),
+)
+
+
+class AgentParts:
+    """The parts of one torch agent a run loop uses, under public names."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    # --- the job's shape -------------------------------------------------------------------------
+
+    @property
+    def group_rank(self) -> int:
+        return int(self._agent._worker_group.group_rank)
+
+    @property
+    def group_world_size(self) -> int:
+        return int(self._agent._worker_group.group_world_size)
+
+    @property
+    def store(self) -> Any:
+        """The first rendezvous round's store (torch's c10d rendezvous store, scoped to the round)."""
+        return self._agent._worker_group.store
+
+    @property
+    def master_addr(self) -> str:
+        return str(self._agent._worker_group.master_addr)
+
+    @property
+    def master_port(self) -> int:
+        return int(self._agent._worker_group.master_port)
+
+    @property
+    def shares_rendezvous_store(self) -> bool:
+        """Whether workers reach the rendezvous' TCPStore at ``master_addr:master_port`` (torch's default;
+        ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` turns it off)."""
+        return bool(self._agent._worker_group.spec.rdzv_handler.use_agent_store)
+
+    @property
+    def local_world_size(self) -> int:
+        return int(self._agent._worker_group.spec.local_world_size)
+
+    @property
+    def monitor_interval(self) -> float:
+        return float(self._agent._worker_group.spec.monitor_interval)
+
+    @property
+    def remaining_restarts(self) -> int:
+        return int(self._agent._remaining_restarts)
+
+    def use_restart(self) -> None:
+        """Count one restart (the next workers' ``TORCHELASTIC_RESTART_COUNT`` is one higher)."""
+        self._agent._remaining_restarts -= 1
+
+    def ranks(self) -> dict[int, tuple[int, int]]:
+        """Local rank -> (global rank, world size), as torch's worker group has them now."""
+        return {w.local_rank: (w.global_rank, w.world_size) for w in self._agent._worker_group.workers}
+
+    def set_ranks(self, first_global_rank: int, world_size: int) -> None:
+        """Give this node's workers consecutive global ranks from ``first_global_rank`` in ``world_size``."""
+        for worker in self._agent._worker_group.workers:
+            worker.global_rank = worker.role_rank = first_global_rank + worker.local_rank
+            worker.world_size = worker.role_world_size = world_size
+
+    # --- the workers -----------------------------------------------------------------------------
+
+    def rendezvous(self) -> None:
+        self._agent._rendezvous(self._agent._worker_group)
+
+    def start_workers(self) -> dict[int, int]:
+        """Start this node's workers (a new attempt); local rank -> pid."""
+        group = self._agent._worker_group
+        pids = self._agent._start_workers(group)
+        for local_rank, pid in pids.items():
+            group.workers[local_rank].id = pid
+        group.state = WorkerState.HEALTHY
+        return dict(pids)
+
+    def stop_workers(self) -> None:
+        self._agent._stop_workers(self._agent._worker_group)
+
+    def pids(self) -> dict[int, int]:
+        return dict(self._agent._pcontext.pids())
+
+    def poll(self) -> RunResult:
+        group = self._agent._worker_group
+        result = self._agent._monitor_workers(group)
+        group.state = result.state
+        return result
+
+    def exit_barrier(self) -> None:
+        self._agent._exit_barrier()
+
+    def child_failed_error(self, result: RunResult) -> ChildFailedError:
+        """What torch's launcher raises for a failed ``result``."""
+        return ChildFailedError(self._agent._worker_group.spec.get_entrypoint_name(), result.failures)
+
+
+def finished_without_results() -> RunResult:
+    """What a node returns whose workers were stopped because the training ended elsewhere."""
+    return RunResult(state=WorkerState.SUCCEEDED, return_values={})
+
+
+def is_succeeded(result: RunResult) -> bool:
+    return result.state == WorkerState.SUCCEEDED
+
+
+def is_failed(result: RunResult) -> bool:
+    return result.state in {WorkerState.UNHEALTHY, WorkerState.FAILED}
+
+
+def is_healthy(result: RunResult) -> bool:
+    return result.state == WorkerState.HEALTHY
+
+
+def agent_class_with_loop(loop: Callable[[AgentParts], RunResult]) -> type:
+    """A ``LocalElasticAgent`` subclass whose run loop is ``loop`` (given the agent's parts)."""
+
+    def _invoke_run(agent: Any, role: str = "default") -> RunResult:
+        return loop(AgentParts(agent))
+
+    return type("LoopedElasticAgent", (LocalElasticAgent,), {"_invoke_run": _invoke_run})
+
+
+@contextlib.contextmanager
+def launcher_agent_with_loop(loop: Callable[[AgentParts], RunResult]) -> Iterator[None]:
+    """For the block, torch's launcher builds agents that run ``loop`` instead of torch's run loop."""
+    require(SYMBOLS)
+    with patched(launcher_api, LocalElasticAgent=agent_class_with_loop(loop)):
+        yield
