@@ -18,12 +18,15 @@ Fault kinds: raise, sigkill, sigabrt, sigsegv (a real segfault), exit (``os._exi
 exception, no signal), ordering (two independent errors 50 ms apart), skew (a raise in a pod whose
 wall clock runs 1 s ahead of the others'), vanish (every process of the
 faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
+freeze (every process of the faulty pod SIGSTOPped at once, as when its node freezes or drops off the
+network: its sockets stay open, so no collective fails; its peers must notice its silence; the
+baseline, which would wait for gloo's 30-minute collective timeout, is given ``FREEZE_BASELINE_S``),
 hang (one rank sleeps; its peers time out in the next all-reduce after 3 s) and init-hang (one
 rank sleeps before ``init_process_group``; its peers stop waiting for its store key after 20 s). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
 the faulty one (the rendezvous decides ranks; the simulator records them; the baseline's rank is
 the one torch's ``ChildFailedError`` report names as its root cause); for a vanished pod, whose
-document its peers write for the whole pod, the pod alone. Printed: the
+document its peers write for the whole pod (and for a frozen one), the pod alone. Printed: the
 share correct per fault kind, the median and p90 time from the fault to the last pod's exit, and for
 this plugin where that time goes, for the faulty pod and for the last pod to exit: fault -> its
 agent noticed the failure, -> its surviving workers ended, -> its root-cause report was raised (all
@@ -105,7 +108,7 @@ def ours_verdict(result: JobResult) -> Verdict:
 def is_right(verdict: Verdict, result: JobResult, kind: str) -> bool:
     """The faulty pod, and (but for a vanished pod) the faulty rank."""
     worker, rank = verdict
-    return worker == result.injected_worker and (kind == "vanish" or rank == result.injected_rank)
+    return worker == result.injected_worker and (kind in POD_ONLY_KINDS or rank == result.injected_rank)
 
 
 #: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
@@ -120,7 +123,12 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
     "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
     "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
+    "freeze": (FaultKind.FREEZE, 0.0),  # the whole faulty pod stopped at once (a frozen node): no socket closes
 }
+#: Kinds whose whole pod is gone: its peers name the pod, no rank of it reports.
+POD_ONLY_KINDS = ("vanish", "freeze")
+#: How long the baseline gets with a frozen pod (it would wait out gloo's 30-minute collective timeout).
+FREEZE_BASELINE_S = 60.0
 #: (plugin, baseline) tasks per pod count, and for a kind that needs its own: a hang surfaces only
 #: with a short collective timeout.
 TASKS: dict[tuple[int, str], tuple[PythonTask, PythonTask]] = {
@@ -194,8 +202,9 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task, aggregation, decide in runs:
+            limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
             spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, store=StoreAccess(str(root / "store")),
-                           fault=fault, aggregation=aggregation)
+                           fault=fault, aggregation=aggregation, **limit)
             result = run_job(spec, work_dir=root / "pods")
             outcomes[label].append((is_right(decide(result), result, kind), result.fault_to_exit_s))
             if label == "plugin":

@@ -50,6 +50,11 @@ RESTART_POLICIES = ("hard", "soft")
 #: workers getting ready (their own initialisation, e.g. loading the model, included).
 DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
 
+#: How long a peer pod may send no heartbeat while the job is healthy before it is declared lost
+#: (a frozen or partitioned node closes no socket: without this its peers wait out the collective
+#: timeout, 10 to 30 minutes). Heartbeats go every 0.5 s; docs/frozen_pods.md has the margin measured.
+DEFAULT_LOST_AFTER_S = 5.0
+
 #: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
 #: a few hundred KB per process. It is what names a rank that never entered a collective.
 DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
@@ -108,6 +113,7 @@ class ElasticRootCause(Elastic):
     flight_recorder_entries: int | None = DEFAULT_FLIGHT_RECORDER_ENTRIES
     restart_policy: str = "hard"
     soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
+    lost_after_s: float | None = DEFAULT_LOST_AFTER_S
 
     def __post_init__(self) -> None:
         if self.monitor_interval <= 0:
@@ -134,6 +140,11 @@ class ElasticRootCause(Elastic):
             isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
         ):
             raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
+        if self.lost_after_s is not None and (isinstance(self.lost_after_s, bool) or self.lost_after_s < 2):
+            raise ValueError(
+                f"lost_after_s must be >= 2 seconds (four heartbeats) or None (no liveness watch), "
+                f"got {self.lost_after_s!r}"
+            )
         _validate_restart_policy(self)
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task

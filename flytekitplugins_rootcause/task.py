@@ -46,6 +46,7 @@ from flytekitplugins_rootcause.exceptions import root_cause_error
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_core.safe_text import exception_summary
+from rootcause_core.testimony import LostPeer
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger, diagnose
@@ -113,7 +114,11 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
     def _execute(self, **kwargs: Any) -> Any:
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
         settings = watchdog_settings(self.task_config)
-        peers = PeerWatch(current_worker_name(), hosts_store=this_agent_hosts_rendezvous)
+        peers = PeerWatch(
+            current_worker_name(),
+            hosts_store=this_agent_hosts_rendezvous,
+            silence_limit_s=self.task_config.lost_after_s,
+        )
         with (
             self._stores_kept(),
             task_function_swapped(self, recording),
@@ -126,19 +131,19 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 probe_before_teardown=self.task_config.hang_probe,
             )
             soft = self._soft_restart_session(observer, channel_dir)
+            watchdog = AgentWatchdog(observer, settings, error_of=root_cause_error, peers=peers) if settings else None
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
+            peers.when_a_peer_is_lost(
+                lambda lost: _a_peer_is_lost(observer, peers, lost, watchdog)
+            )
             try:
                 with (
                     applied_environment(agent_environment(self.task_config)),
                     _soft_restarts(soft),
                     exceptions_preformatted(),
                     observing_launch(observer, peers),
-                    (
-                        AgentWatchdog(observer, settings, error_of=root_cause_error, peers=peers)
-                        if settings
-                        else contextlib.nullcontext()
-                    ),
+                    watchdog if watchdog is not None else contextlib.nullcontext(),
                 ):
                     result = super()._execute(**kwargs)
                 if soft is not None:
@@ -163,7 +168,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                     raise
                 raise _raised(diagnosis) from None
             finally:
-                peers.stop()
+                peers.finish()
 
     def _stores_kept(self) -> contextlib.AbstractContextManager[Any]:
         """Forked workers: the stores torch would serve from this agent run in keepers (see :mod:`store_keeper`).
@@ -206,7 +211,7 @@ def _local_diagnosis(observer: LaunchObserver, child_failed: ChildFailedError) -
     return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART)
 
 
-def _end_running_attempt(observer: LaunchObserver) -> None:
+def _end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s: float | None = None) -> None:
     """Another pod's launch failed: end this pod's workers still running (probed first, as in any teardown).
 
     They could only fail as victims now; one that hangs would never fail at all, and this pod would
@@ -214,8 +219,40 @@ def _end_running_attempt(observer: LaunchObserver) -> None:
     """
     attempt = observer.last_attempt()
     if attempt is not None and observer.teardown_ns(attempt) is None:
-        logger.warning("another pod's launch failed: ending this pod's workers of attempt %d", attempt)
-        observer.end_workers(attempt, probe=True)
+        logger.warning("another pod's launch failed or was lost: ending this pod's workers of attempt %d", attempt)
+        observer.end_workers(attempt, probe=probe, grace_s=grace_s)
+
+
+#: SIGTERM to SIGKILL for workers ended because a peer pod is lost: they wait in a collective for a
+#: pod that will never answer, so a SIGTERM handler of theirs (forked workers inherit the agent's)
+#: cannot run, and the configured grace would only delay the report.
+LOST_PEER_TEARDOWN_GRACE_S = 1.0
+
+#: After a lost store host's verdict, how long torch's agent gets (beyond the teardown grace) to
+#: report its failed workers before the watchdog reports for it: torch's monitor loop asks the
+#: rendezvous store how many nodes wait, and that call never returns from a frozen store.
+STORE_HOST_LOST_GRACE_S = 1.0
+
+
+def _a_peer_is_lost(
+    observer: LaunchObserver,
+    peers: PeerWatch,
+    lost: tuple[LostPeer, ...],
+    watchdog: AgentWatchdog | None,
+) -> None:
+    """Peers sent no heartbeat while the job was healthy: end this pod's workers (they fail as victims,
+    and the report names the lost pods); if the store's host is among them, torch's agent may never
+    return, so the watchdog reports for it after the teardown."""
+    names = ", ".join(f"{peer.worker} (group rank {peer.group_rank})" for peer in lost)
+    logger.error("peer pods lost while the job was healthy: %s; ending this pod's workers", names)
+    _end_running_attempt(observer, probe=False, grace_s=LOST_PEER_TEARDOWN_GRACE_S)
+    hosts = {member.group_rank for member in peers.members() if member.hosts_store}
+    if watchdog is not None and any(peer.group_rank in hosts for peer in lost):
+        why = (
+            f"The pod that hosts the rendezvous store, {names}, sent no heartbeat and its store stopped "
+            "answering: torch's agent waits on that store for ever, so the agent watchdog reported for it."
+        )
+        watchdog.expedite(why, within_s=LOST_PEER_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S)
 
 
 def _diagnose_launch(

@@ -174,8 +174,8 @@ def describe_lost_peer(peer: LostPeer, *, noticed_ns: int, reported_by: str | No
     by = f" (reported by {reported_by})" if reported_by else ""
     return (
         f"pod {peer.worker} (group rank {peer.group_rank}) is lost: no error file from this pod; its peers "
-        f"lost their connections to it at {_when(noticed_ns)}{by}; {seen}. Likely node loss, "
-        "preemption or pod eviction: check the node's and the pod's events."
+        f"lost contact with it at {_when(noticed_ns)}{by}; {seen}. Likely a lost or frozen node, a network "
+        "partition, preemption or pod eviction: check the node's and the pod's events."
     )
 
 

@@ -45,6 +45,7 @@ class FaultKind(enum.StrEnum):
     ORDERING = "ordering"
     VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
     INIT_HANG = "init-hang"  # the worker hangs before init_process_group: its peers wait for it there
+    FREEZE = "freeze"  # every process of the pod stopped at once (SIGSTOP): sockets open, nothing answers
 
 
 #: ``maybe_inject``'s step before the training task calls ``init_process_group``.
@@ -58,6 +59,9 @@ STORE_HOST_POD = "@store-host"
 NOT_STORE_HOST_POD = "@not-store-host"
 #: Ground truth for the simulator: the pod a fault was injected into (the selector resolved).
 FAULTY_POD_FILE = "faulty_pod"
+#: Written by a pod that froze itself: the simulator then waits for the other pods only, and
+#: deletes the frozen one after them, as Kubernetes deletes the pods of a failed job.
+FROZEN_POD_FILE = "frozen_pod"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,20 +117,33 @@ def _is_faulty_pod(selector: str, pod: str) -> bool:
     return True
 
 
-def vanish_pod() -> None:
-    """Every process of this pod dies by SIGKILL at once, as when its node is lost or its VM preempted:
-    no process of the pod is left to notice, report or upload anything. (A pod of the simulator is a
-    session of its own, so "this pod" is every process of this worker's session.)"""
+def _signal_this_pod(signal_number: int) -> None:
+    """Send ``signal_number`` to every process of this pod, this one last. (A pod of the simulator is
+    a session of its own, so "this pod" is every process of this worker's session.)"""
     session, me = os.getsid(0), os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         try:
             if os.getsid(int(entry)) == session:
-                os.kill(int(entry), signal.SIGKILL)
+                os.kill(int(entry), signal_number)
         except OSError:  # gone meanwhile, or not ours
             continue
-    os.kill(me, signal.SIGKILL)
+    os.kill(me, signal_number)
+
+
+def vanish_pod() -> None:
+    """Every process of this pod dies by SIGKILL at once, as when its node is lost or its VM preempted:
+    no process of the pod is left to notice, report or upload anything."""
+    _signal_this_pod(signal.SIGKILL)
+
+
+def freeze_pod(pod: str) -> None:
+    """Every process of this pod stops at once (SIGSTOP), as when its node freezes (a VM paused by its
+    host, a kernel stuck) or drops off the network: its sockets stay open, so no peer sees a closed
+    connection, and nothing of the pod answers, beats or reports any more."""
+    (_sim_dir() / FROZEN_POD_FILE).write_text(pod)
+    _signal_this_pod(signal.SIGSTOP)
 
 
 def maybe_inject(step: int, pod: str, local_rank: int) -> None:
@@ -134,6 +151,7 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
     ``INIT_HANG`` is due then, whatever its ``step``, and nothing else is)."""
     fault = Fault.from_env(os.environ.get(FAULT_VARIABLE))
     if fault is None or step != (BEFORE_INIT if fault.kind == FaultKind.INIT_HANG else fault.step):
+        # (any other kind is due at its own step, BEFORE_INIT included: a pod lost before the group forms)
         return
     fault_file = _sim_dir() / FAULT_TIME_FILE
     first_error_pointer = _sim_dir() / FIRST_ERROR_FILE
@@ -155,6 +173,8 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             os._exit(3)
         if fault.kind == FaultKind.VANISH:
             vanish_pod()
+        if fault.kind == FaultKind.FREEZE:
+            freeze_pod(pod)
         if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):
             while True:
                 time.sleep(3600)

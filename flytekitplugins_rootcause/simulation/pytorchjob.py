@@ -42,6 +42,7 @@ from flytekitplugins_rootcause.simulation.faults import (
     FAULT_TIME_FILE,
     FAULT_VARIABLE,
     FAULTY_POD_FILE,
+    FROZEN_POD_FILE,
     SIM_DIR_VARIABLE,
     Fault,
 )
@@ -266,7 +267,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
             )
         pods.append((name, proc, log_path))
 
-    results, timed_out = _wait_for_pods(pods, spec.timeout_s)
+    results, timed_out = _wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE)
     fault_file = sim_dir / FAULT_TIME_FILE
     ranks_dir = sim_dir / RANKS_DIR
     placement = {}
@@ -288,12 +289,14 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
 
 
 def _wait_for_pods(
-    pods: list[tuple[str, subprocess.Popen[bytes], Path]], timeout_s: float
+    pods: list[tuple[str, subprocess.Popen[bytes], Path]], timeout_s: float, frozen_file: Path
 ) -> tuple[list[PodResult], bool]:
+    """Wait for every pod to exit, but a frozen one (``frozen_file`` names it), which never will:
+    it is deleted once the others are done, as Kubernetes deletes the pods of a finished job."""
     deadline = time.monotonic() + timeout_s
     exited: dict[str, PodResult] = {}
     timed_out = False
-    while len(exited) < len(pods):
+    while len(exited) < len(pods) - (1 if frozen_file.exists() else 0):
         for name, proc, log_path in pods:
             if name not in exited and proc.poll() is not None:
                 exited[name] = PodResult(name, proc.returncode, time.time_ns(), log_path)

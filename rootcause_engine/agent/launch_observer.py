@@ -348,11 +348,12 @@ class LaunchObserver:
 
         torch_elastic.wrap_join(process_context, wrap)
 
-    def end_workers(self, attempt: int, *, probe: bool = False) -> None:
+    def end_workers(self, attempt: int, *, probe: bool = False, grace_s: float | None = None) -> None:
         """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
 
         Probed first where that helps (:meth:`probe_live_workers`; ``probe``: another pod's failure
-        ended this one's workers).
+        ended this one's workers). ``grace_s``: a shorter grace than the configured one, where the
+        workers cannot use it (they wait in a collective for a peer that is gone).
 
         The one teardown of both the join wrapper and the agent watchdog. It includes a failed
         worker still unwinding after recording its exception: waiting for its interpreter's shutdown
@@ -365,6 +366,7 @@ class LaunchObserver:
         self.note_teardown(attempt)
         self.probe_live_workers(attempt, asked=probe)
         grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
+        grace = grace if grace_s is None else min(grace, grace_s)
         exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
         live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]
         logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)

@@ -18,30 +18,47 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   hangs and the others wait for it without a timeout of their own, would otherwise never fail,
   and the hung rank would never be named.
 
-When this pod's workers fail as victims, :meth:`lost_peers` watches the others for up to
-``lost_after_s``: a peer whose heartbeat moves on, or that announced a failure, is alive (it will
-write its own error file); a peer that does neither is lost. When the store itself stops answering
-the pod that hosted it is gone with it; it is then the one peer that can be named (the others may
-well be alive, but nothing can tell). The cost in a healthy job: one small store write per pod per
-``interval_s``, and reads only until the membership is known.
+- **liveness while healthy** (a frozen or partitioned node closes no socket, so nothing fails
+  until a collective times out, 10 to 30 minutes later): every pod also reads the heartbeat of one
+  peer, its successor in group-rank order (skipping peers already found lost), so every pod is
+  watched by exactly one other at the cost of one read per pod per beat, whatever the pod count. A
+  peer whose heartbeat has not moved for ``silence_limit_s`` (and that announced no failure and no
+  end) is *lost*: its watcher writes a verdict (``lost/<rank>``, with its last beat) and bumps a
+  counter every pod reads once per beat; every pod then calls ``on_peer_lost`` (the task ends its
+  workers, which fail as victims, and the report names the lost pod). A pod that never published
+  its first heartbeat after the rendezvous is lost the same way ("never seen alive"), after twice
+  the limit. When the
+  *store* stops answering (its host froze: :mod:`.bounded_store` gives every operation a deadline),
+  each pod reaches the verdict on its own, for the store's host.
 
-Each store operation runs on the watch's own thread or on the failure path; a store that has gone
-away answers quickly with an error (its host's sockets are closed by the kernel). Store errors are
-never raised to the agent: the watch then knows less and says so.
+When this pod's workers fail as victims, :meth:`lost_peers` returns the verdicts already reached, or
+watches the others for up to ``lost_after_s``: a peer whose heartbeat moves on, or that announced a
+failure, is alive (it will write its own error file); a peer that does neither is lost. When the
+store itself stops answering the pod that hosted it is gone with it; it is then the one peer that
+can be named (the others may well be alive, but nothing can tell). The cost in a healthy job, per
+pod per ``interval_s``: one heartbeat write, one read of the successor's heartbeat and two counter
+reads; members are read only until all are known.
+
+Each store operation runs on the watch's own thread or on the failure path, through a
+:class:`~.bounded_store.BoundedStore`: a store that has gone away answers quickly with an error (its
+host's sockets are closed by the kernel), and one whose host froze is given up on after
+``store_timeout_s``. Store errors are never raised to the agent: the watch then knows less and says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member, member_from_entry
+from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
@@ -52,6 +69,10 @@ HEARTBEAT_INTERVAL_S = 0.5
 #: workers failed before it counts as lost: several heartbeats, so a busy host's late beat is not
 #: taken for a lost pod.
 LOST_AFTER_S = 2.0
+#: How long a healthy job's peer may go without a heartbeat before its watcher declares it lost
+#: (``ElasticRootCause.lost_after_s``): ten heartbeats, so an agent starved of CPU or paused by a long
+#: garbage collection is not taken for a frozen node (docs/frozen_pods.md has the measurements).
+SILENCE_LIMIT_S = 5.0
 #: How often the heartbeat thread looks for members it does not know yet (they publish right after
 #: the rendezvous; their workers may fail within a heartbeat interval of it).
 MEMBERS_POLL_S = 0.05
@@ -79,6 +100,18 @@ def _stalled_key(group_rank: int) -> str:
     return f"{_KEY_PREFIX}stalled/{group_rank}"
 
 
+def _verdict_key(index: int) -> str:
+    """The ``index``-th lost-pod verdict of the round (from 1): read by number, so a pod that sees
+    the counter move reads only the new verdicts, in one call, whatever the pod count."""
+    return f"{_KEY_PREFIX}lost/{index}"
+
+
+#: How many lost-pod verdicts were written in the round (read once per heartbeat by every pod).
+_VERDICTS_KEY = f"{_KEY_PREFIX}verdicts"
+#: Hands out verdict numbers (two watchers may write at once).
+_VERDICT_NUMBERS_KEY = f"{_KEY_PREFIX}verdict-numbers"
+
+
 #: How many pods announced a failure in the round (a store counter, read once per heartbeat).
 _FAILURES_KEY = f"{_KEY_PREFIX}failures"
 
@@ -98,6 +131,15 @@ class _Round:
         self.stop = threading.Event()
         self.store_answered_ns: int | None = None  # the store's host was alive then (this pod's clock)
         self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
+        self.verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
+        self.verdicts_seen = 0  # the verdict counter's value at this pod's last look
+        self.started = time.monotonic()
+        # the watched successor: its group rank, its last heartbeat value, when that last changed
+        self.watched: int | None = None
+        self.watched_beat: bytes | None = None
+        self.watched_since = time.monotonic()
+        self.store_silent_since: float | None = None  # the store stopped answering then
+        self.members_read_one_by_one = float("-inf")  # when entries were last read one by one
 
 
 class PeerWatch:
@@ -110,20 +152,34 @@ class PeerWatch:
         hosts_store: Callable[[], bool] = lambda: False,
         interval_s: float = HEARTBEAT_INTERVAL_S,
         lost_after_s: float = LOST_AFTER_S,
+        silence_limit_s: float | None = SILENCE_LIMIT_S,
+        store_timeout_s: float | None = None,
     ) -> None:
+        """``lost_after_s``: how long the failure path watches for a peer's heartbeat (a suspicion is
+        already there); ``silence_limit_s``: how long a healthy job's peer may be silent before it is
+        declared lost (``None``: no liveness watch while healthy); ``store_timeout_s``: the deadline
+        of each store operation (default: ``silence_limit_s``, else 30 s)."""
         self.worker = worker
         self._hosts_store = hosts_store
         self.interval_s = interval_s
         self.lost_after_s = lost_after_s
+        self.silence_limit_s = silence_limit_s
+        self.store_timeout_s = store_timeout_s if store_timeout_s is not None else (silence_limit_s or 30.0)
         self._lock = threading.Lock()
         self._store_lock = threading.Lock()  # no store operation in flight while workers fork
         self._round: _Round | None = None
         self._thread: threading.Thread | None = None
         self._on_peer_failure: Callable[[], None] | None = None
+        self._on_peer_lost: Callable[[tuple[LostPeer, ...]], None] | None = None
 
     def when_a_peer_fails(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (from the heartbeat thread, once per round) when another pod announces a failure."""
         self._on_peer_failure = callback
+
+    def when_a_peer_is_lost(self, callback: Callable[[tuple[LostPeer, ...]], None]) -> None:
+        """Call ``callback`` (on a thread of its own, once per round) with the peers declared lost while
+        the job was healthy (a frozen or partitioned node, or the store's host when the store froze)."""
+        self._on_peer_lost = callback
 
     # --- the agent's calls ---------------------------------------------------------------------
 
@@ -133,13 +189,23 @@ class PeerWatch:
         first = min(joined.global_ranks, default=0)
         own = Member(joined.group_rank, self.worker, first, len(joined.global_ranks), self._safe_hosts_store())
         current = _Round(joined, own)
+        current.store = BoundedStore(joined.store, self.store_timeout_s)
         with self._lock:
             self._round = current
         if joined.group_world_size < 2:
             return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
         self._call(current, "set", _member_key(own.group_rank), json.dumps(own.entry()))
+        self._call(current, "set", _alive_key(own.group_rank), str(time.time_ns()))
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()
+
+    def finish(self) -> None:
+        """This pod is done with the round (its launch returned): say so, so that the silence that
+        follows is not taken for a lost pod, then stop the heartbeat."""
+        current = self._current()
+        if current is not None and current.world_size >= 2:
+            self._call(current, "set", _done_key(current.own.group_rank), str(time.time_ns()))
+        self.stop()
 
     def stop(self) -> None:
         """Stop the heartbeat of the current round (its membership stays known)."""
@@ -225,6 +291,9 @@ class PeerWatch:
         current = self._current()
         if current is None:
             return ()
+        if current.verdicts:  # reached while the job was healthy: nothing left to watch for
+            current.lost |= set(current.verdicts)
+            return tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
         pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank}
         baseline: dict[int, bytes | None] = {}
         store_gone = False
@@ -265,9 +334,11 @@ class PeerWatch:
     def _run(self, current: _Round) -> None:
         told = False
         while not current.stop.is_set():
-            self._call(current, "set", _alive_key(current.own.group_rank), str(time.time_ns()))
+            beat = self._call(current, "set", _alive_key(current.own.group_rank), str(time.time_ns()))
             if len(current.members) < current.world_size:
                 self._learn_members(current)
+            if self.silence_limit_s is not None:
+                self._watch_liveness(current, store_answered=beat is not None)
             if not told and self._on_peer_failure is not None and self._a_peer_failed(current):
                 told = True
                 # on a thread of its own: ending this pod's workers takes up to the teardown grace,
@@ -280,6 +351,110 @@ class PeerWatch:
             complete = len(current.members) >= current.world_size
             current.stop.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
 
+    # --- liveness while healthy ----------------------------------------------------------------
+
+    def _watch_liveness(self, current: _Round, *, store_answered: bool) -> None:
+        """One look: the store itself, this pod's successor, and the verdicts other pods reached."""
+        limit = self.silence_limit_s
+        assert limit is not None
+        now = time.monotonic()
+        if not store_answered:
+            # silent since the first call that failed, or since the stuck call was sent, if earlier
+            stuck_since = now - current.store.unresponsive_for_s
+            current.store_silent_since = min(current.store_silent_since or now, stuck_since)
+            if now - current.store_silent_since >= limit:
+                self._store_host_lost(current)
+            return
+        current.store_silent_since = None
+        self._watch_successor(current, now, limit)
+        count = self._call(current, "add", _VERDICTS_KEY, 0)
+        if count is not None and int(count) > current.verdicts_seen:
+            self._read_verdicts(current, int(count))
+
+    def _successor(self, current: _Round) -> int | None:
+        """The next group rank after this pod's, cyclically, not already known lost."""
+        own = current.own.group_rank
+        for step in range(1, current.world_size):
+            rank = (own + step) % current.world_size
+            if rank not in current.verdicts:
+                return rank
+        return None
+
+    def _watch_successor(self, current: _Round, now: float, limit: float) -> None:
+        rank = self._successor(current)
+        if rank is None:
+            return
+        if rank != current.watched:  # a new successor: its silence is counted from now
+            current.watched, current.watched_beat, current.watched_since = rank, None, now
+        beat, ok = self._read(current, _alive_key(rank))
+        if not ok:
+            return
+        if beat is not None and beat != current.watched_beat:
+            current.watched_beat, current.watched_since = beat, now
+            return
+        # a peer never seen alive gets twice the limit: pods leave the rendezvous together, but a
+        # starved agent may publish its first beat late
+        if now - current.watched_since < (limit if current.watched_beat is not None else 2 * limit):
+            return
+        ended = [self._read(current, key(rank)) for key in (_failed_key, _done_key)]
+        if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
+            current.watched_since = now  # it said it failed or finished: silence is expected
+            return
+        verdict = LostPeer(rank, self._member(current, rank).worker, _heartbeat_ns(current.watched_beat))
+        logger.error(
+            "peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declaring it lost",
+            verdict.worker, rank, now - current.watched_since,
+        )
+        number = self._call(current, "add", _VERDICT_NUMBERS_KEY, 1)
+        if number is None:
+            return
+        self._call(current, "set", _verdict_key(int(number)), json.dumps(verdict.entry()))
+        self._call(current, "add", _VERDICTS_KEY, 1)
+
+    def _read_verdicts(self, current: _Round, count: int) -> None:
+        """Read verdicts ``verdicts_seen + 1`` to ``count`` in one call; if one is not written yet (its
+        watcher numbered it, another bumped the counter first), at the next heartbeat."""
+        keys = [_verdict_key(index) for index in range(current.verdicts_seen + 1, count + 1)]
+        if not self._call(current, "check", keys):
+            return
+        values = self._call(current, "multi_get", keys)
+        if not isinstance(values, list) or len(values) != len(keys):
+            return
+        current.verdicts_seen = count
+        found = {}
+        for value in values:
+            peer = _parse_verdict(value, current.world_size)
+            known = peer is None or peer.group_rank == current.own.group_rank or peer.group_rank in current.verdicts
+            if peer is not None and not known:
+                found[peer.group_rank] = dataclasses.replace(peer, worker=self._member(current, peer.group_rank).worker)
+        self._record_verdicts(current, found)
+
+    def _store_host_lost(self, current: _Round) -> None:
+        """The store has not answered for ``silence_limit_s``: the pod that hosts it is lost."""
+        hosts = [rank for rank, member in current.members.items() if member.hosts_store]
+        found = {
+            rank: LostPeer(rank, self._member(current, rank).worker, current.store_answered_ns)
+            for rank in hosts
+            if rank != current.own.group_rank and rank not in current.verdicts
+        }
+        if found:
+            logger.error("peer watch: the rendezvous store stopped answering: its host %s is lost",
+                         ", ".join(peer.worker for peer in found.values()))
+        self._record_verdicts(current, found)
+
+    def _record_verdicts(self, current: _Round, found: dict[int, LostPeer]) -> None:
+        if not found:
+            return
+        first = not current.verdicts
+        current.verdicts.update(found)
+        current.lost |= set(found)
+        if first and self._on_peer_lost is not None:
+            lost = tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
+            threading.Thread(
+                target=_call_logged, args=(lambda: self._on_peer_lost(lost),), name="rootcause-peer-lost",
+                daemon=True,
+            ).start()
+
     def _a_peer_failed(self, current: _Round) -> bool:
         """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""
         count = self._call(current, "add", _FAILURES_KEY, 0)
@@ -289,12 +464,33 @@ class PeerWatch:
         return ok and int(count) > (0 if own is None else 1)
 
     def _learn_members(self, current: _Round) -> None:
-        for rank in range(current.world_size):
-            if rank in current.members:
-                continue
+        """Read the members not known yet: all in one ``multi_get`` once all have published (one
+        check per look until then), else, once per heartbeat, those that have, one by one. Every
+        pod publishes right after the rendezvous, so the one-call path is the usual one: reading
+        entries one by one costs every pod two round trips per peer, which at a thousand pods is
+        two million store operations for the job."""
+        missing = [rank for rank in range(current.world_size) if rank not in current.members]
+        keys = [_member_key(rank) for rank in missing]
+        present = self._call(current, "check", keys)
+        if present is None:
+            return
+        if present:
+            values = self._call(current, "multi_get", keys)
+            if isinstance(values, list) and len(values) == len(missing):
+                self._add_members(current, zip(missing, values, strict=True))
+            return
+        now = time.monotonic()
+        if now - current.members_read_one_by_one < self.interval_s:
+            return
+        current.members_read_one_by_one = now
+        for rank in missing:
             value, ok = self._read(current, _member_key(rank))
             if not ok:
                 return
+            self._add_members(current, [(rank, value)])
+
+    def _add_members(self, current: _Round, entries: Iterable[tuple[int, bytes | None]]) -> None:
+        for rank, value in entries:
             member = _parse_member(value)
             if member is not None and member.group_rank == rank:
                 with self._lock:
@@ -322,14 +518,19 @@ class PeerWatch:
         return (value, True) if value is not None else (None, False)
 
     def _call(self, current: _Round, operation: str, *args: Any) -> Any:
-        """One store operation; ``None`` when the store did not answer."""
+        """One store operation; ``None`` when the store did not answer.
+
+        An answer proves the store's host was alive some time after the request was sent: the send
+        time is what "last seen alive" can claim (the answer itself may be read much later).
+        """
         try:
             with self._store_lock:
-                result = getattr(current.store, operation)(*args)
-        except _STORE_ERRORS as error:
+                sent_ns = time.time_ns()
+                result = current.store.call(operation, *args)
+        except (*_STORE_ERRORS, StoreUnresponsive) as error:
             logger.debug("rendezvous store %s failed: %s", operation, error)
             return None
-        current.store_answered_ns = time.time_ns()
+        current.store_answered_ns = max(sent_ns, current.store_answered_ns or 0)
         return True if result is None else result
 
     def _safe_hosts_store(self) -> bool:
@@ -353,6 +554,24 @@ def _heartbeat_ns(value: bytes | None) -> int | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return ns if ns is not None and 0 <= ns < 2**63 else None
+
+
+def _parse_verdict(value: bytes | None, world_size: int) -> LostPeer | None:
+    """A lost-pod verdict read from the store (``LostPeer.entry()`` as JSON); ``None`` for none or
+    anything malformed (a rank outside the round). Its name is replaced by the reader's own knowledge."""
+    if value is None:
+        return None
+    try:
+        entry = json.loads(value.decode())
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(entry, list) or len(entry) != 3:
+        return None
+    rank, seen = entry[0], entry[2]
+    if not (isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < world_size):
+        return None
+    last_seen = seen if isinstance(seen, int) and not isinstance(seen, bool) and 0 <= seen < 2**63 else None
+    return LostPeer(rank, f"group rank {rank}", last_seen)
 
 
 def _parse_stall(value: bytes | None) -> CollectivePosition | None:

@@ -193,6 +193,7 @@ class AgentWatchdog:
         self.peers = peers
         self._exit_process = exit_process
         self._stop = threading.Event()
+        self._expedited: tuple[float, str, Trigger] | None = None  # (monotonic deadline, why, trigger)
         self._thread = threading.Thread(target=self._run, name="rootcause-agent-watchdog", daemon=True)
 
     def __enter__(self) -> AgentWatchdog:
@@ -205,27 +206,35 @@ class AgentWatchdog:
         self._stop.set()
         self._thread.join(timeout=self.settings.interval_s + 1)
 
+    def expedite(self, why: str, within_s: float, trigger: Trigger = Trigger.PEER_LOST) -> None:
+        """Fire ``within_s`` from now unless the launch ends first: something outside torch's view
+        (a lost peer that hosted the rendezvous store) is known to leave torch's agent stuck."""
+        self._expedited = (time.monotonic() + within_s, why, trigger)
+
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.settings.interval_s):
                 snapshot = take_snapshot(self.observer)
-                if is_hung(snapshot, self.settings) and not self._stop.is_set():
-                    self.fire(snapshot)
+                expedited = self._expedited
+                due = expedited is not None and time.monotonic() >= expedited[0]
+                if (due or is_hung(snapshot, self.settings)) and not self._stop.is_set():
+                    self.fire(snapshot, expedited if due else None)
                     return
         except Exception:  # the watchdog must never take a healthy agent down
             logger.exception("agent watchdog stopped")
 
-    def fire(self, snapshot: AgentSnapshot) -> None:
+    def fire(self, snapshot: AgentSnapshot, expedited: tuple[float, str, Trigger] | None = None) -> None:
         """End the surviving workers, report the root cause through the sink, exit the process.
 
         Whatever fails on the way (a bug, an unreadable error file), the process still exits: the
-        watchdog exists so that the pod never hangs.
+        watchdog exists so that the pod never hangs. ``expedited``: why it fires early, if it does.
         """
-        note = _describe_hang(snapshot, self.settings)
+        note = _describe_hang(snapshot, self.settings) if expedited is None else expedited[1]
+        trigger = Trigger.AGENT_HUNG if expedited is None else expedited[2]
         try:
             logger.critical("%s Writing the root cause and exiting.", note)
             self._end_survivors()
-            error = self.error_of(self._diagnosis(note))
+            error = self.error_of(self._diagnosis(note, trigger))
             delivery = deliver_last_resort(error, timeout_s=self.settings.sink_timeout_s)
             if delivery.written_to:
                 logger.critical("root cause written to %s", delivery.written_to)
@@ -243,11 +252,11 @@ class AgentWatchdog:
         if attempt is not None:
             self.observer.end_workers(attempt)
 
-    def _diagnosis(self, note: str) -> Diagnosis:
+    def _diagnosis(self, note: str, trigger: Trigger = Trigger.AGENT_HUNG) -> Diagnosis:
         """The pipeline's diagnosis of the last attempt; the hang itself when no worker failed."""
         try:
             record = record_launch(self.observer)
-            diagnosis = diagnose(record, trigger=Trigger.AGENT_HUNG, peers=self.peers, notes=[note])
+            diagnosis = diagnose(record, trigger=trigger, peers=self.peers, notes=[note])
         except Exception:
             logger.exception("could not rank the workers' failures")
             diagnosis = None

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import datetime
 import gc
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -229,3 +233,119 @@ def test_the_store_host_does_not_wait_for_a_peer_it_found_lost(server_port: int)
     finally:
         host.stop()
         vanished.stop()
+
+
+# --- liveness while the job is healthy (a frozen node closes no socket) ---------------------------------
+
+SILENCE_S = 1.0
+
+
+def _healthy_watch(worker: str, store: TCPStore, rank: int, world: int, *, silence_s: float = SILENCE_S,
+                   hosts_store: bool = False) -> tuple[PeerWatch, list[tuple[LostPeer, ...]]]:
+    """A pod whose watch declares silent peers lost; the list collects what its agent was told."""
+    told: list[tuple[LostPeer, ...]] = []
+    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, lost_after_s=WINDOW_S,
+                      silence_limit_s=silence_s, store_timeout_s=silence_s)
+    peers.when_a_peer_is_lost(told.append)
+    peers.joined(JoinedRound(store, rank, world, (rank,)))
+    return peers, told
+
+
+def _wait_until(condition, timeout_s: float = 60) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(INTERVAL_S)
+    return bool(condition())
+
+
+def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_pod_is_told(server_port: int) -> None:
+    """Nothing fails (the frozen pod's sockets stay open): its watcher (the pod before it) declares it
+    lost after the silence limit, and every other pod learns the verdict from the store."""
+    pods = [_healthy_watch(f"w{r}", client(server_port), r, 4) for r in range(4)]
+    try:
+        for peers, _ in pods:
+            wait_for_members(peers, 4)
+        pods[2][0].stop()  # frozen: no announcement, no "done", no more heartbeats
+        for rank in (0, 1, 3):
+            assert _wait_until(lambda told=pods[rank][1]: bool(told)), f"pod {rank} was never told"
+            (lost,) = pods[rank][1][0]
+            assert (lost.group_rank, lost.worker) == (2, "w2") and lost.last_seen_ns is not None
+        assert pods[0][0].lost_peers() == (pods[0][1][0][0],)  # at once: the verdict, no new watch
+    finally:
+        for peers, _ in pods:
+            peers.stop()
+
+
+def test_two_silent_neighbours_are_both_found_the_watcher_moves_past_the_first(server_port: int) -> None:
+    pods = [_healthy_watch(f"w{r}", client(server_port), r, 4) for r in range(4)]
+    try:
+        for peers, _ in pods:
+            wait_for_members(peers, 4)
+        pods[1][0].stop()
+        pods[2][0].stop()  # pod 1 watched pod 2: once pod 1 is lost, pod 0 watches pod 2
+        assert _wait_until(lambda: {p.group_rank for p in pods[3][0].lost_peers()} == {1, 2} if pods[3][1] else False)
+    finally:
+        for peers, _ in pods:
+            peers.stop()
+
+
+def test_peers_that_finished_failed_or_only_beat_slowly_are_never_declared_lost(server_port: int) -> None:
+    """A pod done with the round, one that announced its failure, and one whose beats come at a third
+    of the silence limit (a starved agent): several silence limits later, no verdict anywhere."""
+    pods = [_healthy_watch(f"w{r}", client(server_port), r, 4, silence_s=3.0) for r in range(3)]
+    slow = PeerWatch("w3", interval_s=1.0, lost_after_s=WINDOW_S, silence_limit_s=3.0)
+    slow.joined(JoinedRound(client(server_port), 3, 4, (3,)))
+    try:
+        for peers, _ in pods:
+            wait_for_members(peers, 4)
+        pods[1][0].finish()
+        pods[2][0].announce_failure()
+        pods[2][0].stop()
+        time.sleep(3 * 3.0)
+        assert [told for _, told in pods] == [[], [], []]
+    finally:
+        for peers, _ in pods:
+            peers.stop()
+        slow.stop()
+
+
+def test_a_pod_never_seen_alive_after_the_rendezvous_is_declared_lost(server_port: int) -> None:
+    """Frozen between the rendezvous and its first heartbeat: no member entry, no beat, ever."""
+    pods = [_healthy_watch(f"w{r}", client(server_port), r, 3) for r in (0, 2)]
+    try:
+        assert _wait_until(lambda: bool(pods[0][1]))
+        (lost,) = pods[0][1][0]
+        assert (lost.group_rank, lost.last_seen_ns) == (1, None)
+    finally:
+        for peers, _ in pods:
+            peers.stop()
+
+
+@pytest.mark.slow
+def test_when_the_store_s_host_freezes_each_pod_names_it_on_its_own() -> None:
+    """The store freezes with its host: every store call times out (``BoundedStore``), and after the
+    silence limit each pod declares the store's host lost without the store's help."""
+    server = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time, datetime, torch.distributed as d\n"
+         "s = d.TCPStore('127.0.0.1', 0, is_master=True, timeout=datetime.timedelta(seconds=30), "
+         "wait_for_workers=False)\nprint(s.port, flush=True)\ntime.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        pods = [_healthy_watch(f"w{r}", client(port), r, 3, hosts_store=r == 0) for r in range(3)]
+        for peers, _ in pods:
+            wait_for_members(peers, 3)
+        os.kill(server.pid, signal.SIGSTOP)  # the store host's node freezes (its watch is frozen with it)
+        pods[0][0].stop()
+        for rank in (1, 2):
+            assert _wait_until(lambda told=pods[rank][1]: bool(told)), f"pod {rank} never named the store host"
+            assert [(p.group_rank, p.worker) for p in pods[rank][1][0]] == [(0, "w0")]
+        for peers, _ in pods:
+            peers.stop()
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.wait()

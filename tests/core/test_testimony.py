@@ -91,7 +91,7 @@ def test_a_lost_peer_is_described_for_a_person() -> None:
     assert text.startswith("pod train-worker-2 (group rank 2) is lost: no error file from this pod")
     assert "at 2026-09-21T14:13:21.500000000Z (reported by train-worker-0)" in text
     assert "last seen alive at 2026-09-21T14:13:20.000000000Z" in text
-    assert "node loss, preemption or pod eviction" in text
+    assert "a lost or frozen node, a network partition, preemption or pod eviction" in text
     beyond_calendars = 10**21  # a corrupt heartbeat, say: past the year 9999
     assert f"{beyond_calendars} ns" in describe_lost_peer(LostPeer(0, "w", beyond_calendars), noticed_ns=0)
 

@@ -28,7 +28,13 @@ from flytekit.core.base_task import PythonTask
 from backend_reader import RemoteFileOutputReader
 from backend_reader.documents import FailureRecord
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Fault, FaultKind
+from flytekitplugins_rootcause.simulation.faults import (
+    BEFORE_INIT,
+    NOT_STORE_HOST_POD,
+    STORE_HOST_POD,
+    Fault,
+    FaultKind,
+)
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2
 from rootcause_core.ordering import Role
@@ -143,6 +149,58 @@ def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, 
     assert {f.worker for f in read.failures if f.role == Role.VICTIM} == (
         {pod_name for pod_name in (f"train-worker-{i}" for i in range(nnodes)) if pod_name != result.injected_worker}
     ), logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
+
+
+#: A frozen pod's peers must be done long before any collective timeout (gloo's default: 30 min).
+FROZEN_POD_NAMED_WITHIN_S = 60
+
+
+@pytest.mark.parametrize(
+    ("pod", "nnodes"),
+    [(STORE_HOST_POD, 2), (NOT_STORE_HOST_POD, 3)],  # the store's host (its store freezes too), and another
+    ids=["2x1-store-host", "3x1"],
+)
+def test_a_pod_that_freezes_is_named_by_its_peers_long_before_any_collective_timeout(
+    pod: str, nnodes: int, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """Every process of one pod is SIGSTOPped at once (a frozen node, a partition): its sockets stay
+    open, so no collective fails; the peer that watches its heartbeat declares it lost after
+    ``lost_after_s``, every survivor ends its workers (victims), and both readers name the frozen pod.
+    When it hosted the rendezvous store, every store call of its peers times out instead, and each
+    names the store's host on its own."""
+    task = forked_train_2x1 if nnodes == 2 else forked_train_3x1
+    result = _run(StoreAccess(file_store.root), Fault(FaultKind.FREEZE, pod=pod, local_rank=0), tmp_path, task,
+                  nnodes, nproc_per_node=1)
+    logs = f"pod logs in {result.sim_dir}"
+    survivors = [p for p in result.pods if p.name != result.injected_worker]
+    assert all(p.returncode is not None for p in survivors), (result.pods, logs)  # exited, not deleted
+    assert result.fault_ns is not None
+    assert max(p.exited_ns for p in survivors) - result.fault_ns < FROZEN_POD_NAMED_WITHIN_S * 10**9, logs
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
+    assert not read.skipped, read.skipped
+    root = read.failures[0]
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
+    assert root.recoverable, logs
+    assert {f.worker for f in read.failures if f.role == Role.VICTIM} == {p.name for p in survivors}, logs
+    console = earliest_error(result.output_prefix, result.spec.store.filesystem())
+    assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
+
+
+@pytest.mark.parametrize("kind", [FaultKind.VANISH, FaultKind.FREEZE])
+def test_a_pod_lost_before_the_process_group_forms_is_named_by_its_silence_not_the_init_timeout(
+    kind: FaultKind, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """The pod dies (or freezes) after the rendezvous, before ``init_process_group``: its peers wait
+    for its store key, which would end in their init timeout and a hung-rank verdict. Its heartbeat's
+    silence names the pod first, as lost."""
+    fault = Fault(kind, pod=NOT_STORE_HOST_POD, local_rank=0, step=BEFORE_INIT)
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, forked_train_3x1, 3, nproc_per_node=1)
+    logs = f"pod logs in {result.sim_dir}"
+    read = RemoteFileOutputReader(result.output_prefix, expected_workers=3, settle_timeout=10).read_all()
+    root = read.failures[0]
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
     assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
 

@@ -1,0 +1,94 @@
+"""Every store operation of ours with a deadline: a store whose host froze must not freeze us too.
+
+A pod whose node froze (a VM paused by its host, a kernel stuck, a partition) closes no socket: a
+torch ``TCPStore`` client talking to the store it hosted sends its request and waits for the reply
+for ever (measured with torch 2.13: ``add``, ``set``, ``check`` and ``get`` on a SIGSTOPped store
+server did not return in 120 s; the client's ``timeout`` bounds only waits for keys). So every
+operation of the peer watch goes through :class:`BoundedStore`: it runs on one helper thread, and the
+caller waits at most ``timeout_s`` for it. A late answer is not lost: while an operation is stuck,
+the next calls fail at once (the client is busy with the stuck one), and once it returns (the host
+was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
+not a false verdict for ever. An operation that raised is re-raised to its caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any
+
+
+class StoreUnresponsive(TimeoutError):
+    """The store did not answer within the deadline (or is still busy with an operation that did not)."""
+
+
+@dataclasses.dataclass
+class _Request:
+    operation: str
+    args: tuple[Any, ...]
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class BoundedStore:
+    """A torch ``Store`` whose operations each return, raise, or give up within ``timeout_s``."""
+
+    def __init__(self, store: Any, timeout_s: float, *, name: str = "rendezvous store") -> None:
+        self.store = store
+        self.timeout_s = timeout_s
+        self.name = name
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._busy: _Request | None = None  # the operation the helper thread is stuck in, if any
+        self._busy_since: float | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call(self, operation: str, *args: Any) -> Any:
+        """``store.<operation>(*args)``, within ``timeout_s``; raises :class:`StoreUnresponsive` if not."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnresponsive(f"the {self.name} client is closed")
+            stuck = self._busy
+            if stuck is not None and not stuck.done.is_set():
+                waited = time.monotonic() - (self._busy_since or time.monotonic())
+                raise StoreUnresponsive(
+                    f"the {self.name} has not answered a {stuck.operation} for {waited:.1f} s"
+                )
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="rootcause-store-client", daemon=True)
+                self._thread.start()
+            request = _Request(operation, args)
+            self._busy, self._busy_since = request, time.monotonic()
+        self._requests.put(request)
+        if not request.done.wait(self.timeout_s):
+            raise StoreUnresponsive(f"the {self.name} did not answer a {operation} within {self.timeout_s:g} s")
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    @property
+    def unresponsive_for_s(self) -> float:
+        """How long the operation in flight has gone unanswered (0 when none is stuck)."""
+        with self._lock:
+            if self._busy is None or self._busy.done.is_set() or self._busy_since is None:
+                return 0.0
+            return time.monotonic() - self._busy_since
+
+    def close(self) -> None:
+        """Stop the helper thread once it is free (a stuck one stays blocked: it is a daemon)."""
+        with self._lock:
+            self._closed = True
+        self._requests.put(None)
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            try:
+                request.result = getattr(self.store, request.operation)(*request.args)
+            except BaseException as error:  # handed to the caller, who decides
+                request.error = error
+            finally:
+                request.done.set()

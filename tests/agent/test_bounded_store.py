@@ -1,0 +1,82 @@
+"""A store whose host froze answers nothing: every operation of ours still returns within its deadline.
+
+The store server runs in a process of its own, which the test stops with SIGSTOP, as a frozen node
+stops (its sockets stay open). torch's own client waits for ever then (``add``, ``set``, ``check``,
+``get``); through ``BoundedStore`` each call gives up after its deadline, the next ones at once, and
+everything works again once the host is resumed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from torch.distributed import TCPStore
+
+from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
+
+SERVER = (
+    "import sys, time, datetime, torch.distributed as d\n"
+    "s = d.TCPStore('127.0.0.1', 0, is_master=True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)\n"
+    "print(s.port, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    process = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield process, int(process.stdout.readline())
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        process.kill()
+        process.wait()
+
+
+def _client(port: int) -> TCPStore:
+    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+
+
+@pytest.mark.slow
+def test_a_frozen_store_host_costs_one_deadline_then_nothing_and_a_resumed_one_answers_again(
+    server: tuple[subprocess.Popen[str], int],
+) -> None:
+    process, port = server
+    store = BoundedStore(_client(port), timeout_s=1.0)
+    store.call("set", "k", "1")
+    assert store.call("get", "k") == b"1"
+    os.kill(process.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(StoreUnresponsive, match="did not answer a add within 1 s"):
+        store.call("add", "n", 1)
+    with pytest.raises(StoreUnresponsive, match="has not answered a add"):
+        store.call("check", ["k"])  # at once: the client is still inside the stuck call
+    assert time.monotonic() - started < 30  # the deadline, not torch's wait for ever
+    assert store.unresponsive_for_s > 0
+    os.kill(process.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while store.unresponsive_for_s > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.call("add", "n", 0) == 1  # the stuck add landed; the store is usable again
+    store.close()
+
+
+def test_an_operation_that_raises_is_raised_to_its_caller() -> None:
+    class Broken:
+        def get(self, key: str) -> bytes:
+            raise RuntimeError(f"no key {key}")
+
+    store = BoundedStore(Broken(), timeout_s=5)
+    with pytest.raises(RuntimeError, match="no key a"):
+        store.call("get", "a")
+    store.close()
+    with pytest.raises(StoreUnresponsive, match="closed"):
+        store.call("get", "a")
