@@ -153,7 +153,9 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 child_failed = _child_failed_error(exc)
                 if child_failed is None:
                     raise
-                diagnosis = _diagnose_launch(observer, peers, soft, Trigger.WORKER_FAILED, child_failed)
+                # workers this pod ended because a silent peer was declared lost fail like any others
+                trigger = Trigger.PEER_LOST if peers.declared_lost() else Trigger.WORKER_FAILED
+                diagnosis = _diagnose_launch(observer, peers, soft, trigger, child_failed)
                 if diagnosis is None:
                     raise
                 raise _raised(diagnosis) from None

@@ -229,6 +229,14 @@ class PeerWatch:
             current = self._round
             return () if current is None else tuple(current.members[r] for r in sorted(current.members))
 
+    def declared_lost(self) -> tuple[LostPeer, ...]:
+        """The peers declared lost in the current round while the job was healthy (no failure yet)."""
+        current = self._current()
+        if current is None:
+            return ()
+        with self._lock:
+            return tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
+
     def announce_failure(self, stalled: CollectivePosition | None = None) -> None:
         """Tell the peers this pod's workers failed (so they do not take it for a lost pod), and in
         which collective they timed out, if they did (so a peer can name its rank that never entered it)."""
@@ -445,9 +453,10 @@ class PeerWatch:
     def _record_verdicts(self, current: _Round, found: dict[int, LostPeer]) -> None:
         if not found:
             return
-        first = not current.verdicts
-        current.verdicts.update(found)
-        current.lost |= set(found)
+        with self._lock:
+            first = not current.verdicts
+            current.verdicts.update(found)
+            current.lost |= set(found)
         if first and self._on_peer_lost is not None:
             lost = tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
             threading.Thread(

@@ -270,6 +270,7 @@ def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_po
             assert _wait_until(lambda told=pods[rank][1]: bool(told)), f"pod {rank} was never told"
             (lost,) = pods[rank][1][0]
             assert (lost.group_rank, lost.worker) == (2, "w2") and lost.last_seen_ns is not None
+        assert pods[3][0].declared_lost() == pods[3][1][0]
         assert pods[0][0].lost_peers() == (pods[0][1][0][0],)  # at once: the verdict, no new watch
     finally:
         for peers, _ in pods:
