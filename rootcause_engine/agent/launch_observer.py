@@ -220,11 +220,14 @@ class LaunchObserver:
         return len(collected) == torch_elastic.worker_count(pcontext)
 
     def exited_without_result(self, worker: LaunchedWorker) -> bool:
-        """The worker exited with code 0 although its attempt's results were never delivered."""
-        if self.results_delivered(worker.attempt) is not False:
-            return False
+        """The worker exited with code 0 although its attempt's results were never delivered.
+
+        A worker still running (or killed by a signal) is answered without reading torch's state.
+        """
         exit_ = self.exit_of(worker)
         if exit_ is None or exit_.signal_number is not None:
+            return False
+        if self.results_delivered(worker.attempt) is not False:
             return False
         code = exit_.exitcode if exit_.exitcode is not None else self.torch_exitcode(worker)
         return code == 0

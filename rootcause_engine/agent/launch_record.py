@@ -144,6 +144,9 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
     workers = []
     for launched in observer.workers_of(attempt):
         exit_ = observer.watcher.confirm_exit(launched.pid) if ask_kernel else observer.exit_of(launched)
+        # torch's handle polls (and so reaps) its process: asked only for an exit the watcher saw
+        # without a status, or, after a teardown, for a worker the watcher never saw end
+        read_handle = exit_.exitcode is None if exit_ is not None else not ask_kernel
         workers.append(
             WorkerRecord(
                 launched=launched,
@@ -151,7 +154,7 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
                 recorded=read_error_file(launched.error_file) if launched.error_file else None,
                 detection=detections.get(launched.global_rank) if launched.global_rank is not None else None,
                 recoverable_marker=_has_recoverable_marker(launched.error_file),
-                torch_exitcode=observer.torch_exitcode(launched) if exit_ is None or exit_.exitcode is None else None,
+                torch_exitcode=observer.torch_exitcode(launched) if read_handle else None,
                 exited_without_result=observer.exited_without_result(launched),
                 probe=observer.probe_of(launched),
             )
