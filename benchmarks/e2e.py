@@ -18,10 +18,13 @@ Fault kinds: raise, sigkill, sigabrt, sigsegv (a real segfault), exit (``os._exi
 exception, no signal), ordering (two independent errors 50 ms apart), skew (a raise in a pod whose
 wall clock runs 1 s ahead of the others'), vanish (every process of the
 faulty pod SIGKILLed at once, as when its node is lost: it writes nothing; its peers must name it),
-freeze (every process of the faulty pod SIGSTOPped at once, as when its node freezes or drops off the
-network: its sockets stay open, so no collective fails; its peers must notice its silence; the
-baseline, which would wait for gloo's 30-minute collective timeout, is given ``FREEZE_BASELINE_S``),
-hang (one rank sleeps; its peers time out in the next all-reduce after 3 s) and init-hang (one
+freeze (every process of the faulty pod, the store host's in every other trial, SIGSTOPped at once,
+as when its node freezes or drops off the network: its sockets stay open, so no collective fails;
+its peers must notice its silence; the baseline, which would wait for gloo's 30-minute collective
+timeout, is given ``FREEZE_BASELINE_S``),
+hang (one rank sleeps; its peers time out in the next all-reduce after 3 s), hang-<call> (the same,
+the step communicating by a broadcast whose root or a receiver hangs, a barrier, an all-gather, a
+reduce-scatter, or a ring of send/recv: ``simulation.faults.Communication``) and init-hang (one
 rank sleeps before ``init_process_group``; its peers stop waiting for its store key after 20 s). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
 the faulty one (the rendezvous decides ranks; the simulator records them; the baseline's rank is
@@ -51,7 +54,13 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
+from flytekitplugins_rootcause.simulation.faults import (
+    NOT_STORE_HOST_POD,
+    STORE_HOST_POD,
+    Communication,
+    Fault,
+    FaultKind,
+)
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import (
     train_2x2,
@@ -124,6 +133,8 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
     "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
     "freeze": (FaultKind.FREEZE, 0.0),  # the whole faulty pod stopped at once (a frozen node): no socket closes
+    # one rank sleeps while its peers wait in another kind of call (the peers time out after 3 s)
+    **{f"hang-{how}": (FaultKind.HANG, 0.0) for how in Communication if how != Communication.ALL_REDUCE},
 }
 #: Kinds whose whole pod is gone: its peers name the pod, no rank of it reports.
 POD_ONLY_KINDS = ("vanish", "freeze")
@@ -141,12 +152,16 @@ TASKS: dict[tuple[int, str], tuple[PythonTask, PythonTask]] = {
 
 def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
     """Rotate the faulty pod (and its local rank) between trials so no pod is favoured; with 2 pods,
-    pod 1 first, as before."""
+    pod 1 first, as before. A frozen pod is the store host's in every other trial (the store stops
+    answering too), another pod in the rest."""
     fault_kind, clock_offset_s = KINDS[kind]
     index = (trial + 1) % nnodes
     pod, other = f"train-worker-{index}", f"train-worker-{(index + 1) % nnodes}"
+    if fault_kind == FaultKind.FREEZE:
+        pod = STORE_HOST_POD if trial % 2 == 0 else NOT_STORE_HOST_POD
+    communication = kind.removeprefix("hang-") if kind.startswith("hang-") else Communication.ALL_REDUCE
     return Fault(fault_kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0,
-                 clock_offset_s=clock_offset_s)
+                 clock_offset_s=clock_offset_s, communication=str(communication))
 
 
 _TIMELINE_RE = re.compile(r"Agent timeline \(after the root cause\): (.*)")
@@ -195,7 +210,7 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
-    plugin_task, baseline_task = TASKS.get((nnodes, kind), TASKS[(nnodes, "any")])
+    plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
     runs = [("plugin", plugin_task, False, ours_verdict)]
     if baseline:
         runs.append(("baseline", baseline_task, True, baseline_verdict))
@@ -212,9 +227,10 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
             if label == "plugin" and result.fault_ns is not None:
                 phases = pod_phases(result)
                 last = max(result.pods, key=lambda pod: pod.exited_ns).name
-                for which, pod in (("faulty pod", fault.pod), ("last pod", last)):
+                faulty = result.injected_worker or fault.pod
+                for which, pod in (("faulty pod", faulty), ("last pod", last)):
                     for phase, seconds in phases.get(pod, {}).items():
-                        if pod == fault.pod and phase in ("noticed", "ended", "reported"):
+                        if pod == faulty and phase in ("noticed", "ended", "reported"):
                             seconds -= fault.clock_offset_s  # read off the skewed pod's own clock
                         breakdown[which].setdefault(phase, []).append(seconds)
     cells = []

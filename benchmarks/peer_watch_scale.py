@@ -47,10 +47,12 @@ def _shard(port: int, world: int, ranks: list[int], healthy_s: float, freeze_at:
     from rootcause_engine.upstream.torch_elastic import JoinedRound
 
     calls = [0]
+    by_operation: dict[str, int] = {}
     original = bounded_store.BoundedStore.call
 
     def counted(self: bounded_store.BoundedStore, operation: str, *args: object) -> object:
         calls[0] += 1
+        by_operation[operation] = by_operation.get(operation, 0) + 1
         return original(self, operation, *args)
 
     bounded_store.BoundedStore.call = counted  # type: ignore[method-assign]
@@ -63,13 +65,16 @@ def _shard(port: int, world: int, ranks: list[int], healthy_s: float, freeze_at:
         watches[rank].when_a_peer_is_lost(lambda lost, rank=rank: told.setdefault(rank, time.time()))
     # every pod leaves the rendezvous at the same moment, as in a job: all shards join together
     time.sleep(max(0.0, freeze_at - healthy_s - WARM_UP_S - time.time()))
+    joined_late_s = max(0.0, time.time() - (freeze_at - healthy_s - WARM_UP_S))  # start-up overran its time
     for rank in ranks:
         watches[rank].joined(JoinedRound(stores[rank], rank, world, (rank,)))
     time.sleep(max(0.0, freeze_at - healthy_s - time.time()))
     cpu0, calls0, wall0 = resource.getrusage(resource.RUSAGE_SELF), calls[0], time.time()
-    false_verdicts = dict(told)
+    operations0 = dict(by_operation)
     time.sleep(max(0.0, freeze_at - time.time()))
     cpu1, calls1, wall1 = resource.getrusage(resource.RUSAGE_SELF), calls[0], time.time()
+    false_verdicts = dict(told)  # any verdict before the freeze (the warm-up's included) is a false one
+    operations = {name: count - operations0.get(name, 0) for name, count in by_operation.items()}
     if FROZEN_RANK in watches:
         watches[FROZEN_RANK].stop()
     deadline = time.time() + 60
@@ -80,6 +85,8 @@ def _shard(port: int, world: int, ranks: list[int], healthy_s: float, freeze_at:
         "wall": wall1 - wall0,
         "cpu": (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
         "false_verdicts": len(false_verdicts),
+        "operations": operations,
+        "joined_late_s": joined_late_s,
         "told": {str(rank): at for rank, at in told.items() if rank != FROZEN_RANK},
         "members": len(ranks) - (FROZEN_RANK in watches),
     }))
@@ -114,9 +121,16 @@ def run(members: int, shards: int, healthy_s: float, folder: Path) -> str:
     alive = sum(d["members"] for d in data)
     first = min(told) - freeze_at if told else float("nan")
     last = max(told) - freeze_at if len(told) == alive else float("nan")
+    operations: dict[str, int] = {}
+    for d in data:
+        for name, count in d["operations"].items():
+            operations[name] = operations.get(name, 0) + count
+    per_second = ", ".join(f"{name} {count / wall:.0f}" for name, count in sorted(operations.items()))
+    late = max(d["joined_late_s"] for d in data)
     return (
         f"{members:>6} | {calls / wall:>10.0f} | {1000 * cpu / wall / members:>12.2f} | "
         f"{sum(d['false_verdicts'] for d in data):>5} | {first:>8.2f} | {last:>8.2f} | {len(told)}/{alive}"
+        f" | {per_second}" + (f" | a shard joined {late:.1f} s late" if late > 0.5 else "")
     )
 
 
@@ -129,7 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="rootcause-scale-"))
     print("members | store ops/s | CPU ms/s per member | false verdicts | freeze -> verdict s | "
-          "-> last told s | told", flush=True)
+          "-> last told s | told | ops/s by operation", flush=True)
     for members in args.members:
         print(run(members, max(1, -(-members // args.members_per_shard)), args.healthy_s, folder), flush=True)
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from flytekitplugins.kfpytorch.task import Elastic
 
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S, liveness_problem
+
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 
@@ -52,8 +54,9 @@ DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
 
 #: How long a peer pod may send no heartbeat while the job is healthy before it is declared lost
 #: (a frozen or partitioned node closes no socket: without this its peers wait out the collective
-#: timeout, 10 to 30 minutes). Heartbeats go every 0.5 s; docs/frozen_pods.md has the margin measured.
-DEFAULT_LOST_AFTER_S = 5.0
+#: timeout, 10 to 30 minutes), and how often the agents beat; docs/frozen_pods.md has the margin measured.
+DEFAULT_LOST_AFTER_S = SILENCE_LIMIT_S
+DEFAULT_HEARTBEAT_INTERVAL_S = HEARTBEAT_INTERVAL_S
 
 #: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
 #: a few hundred KB per process. It is what names a rank that never entered a collective.
@@ -87,14 +90,20 @@ class ElasticRootCause(Elastic):
         hang_probe: before tearing live workers down after a collective timeout, ask each for its
             stacks and its last collective (``docs/hung_ranks.md``), so a rank that hung is named.
         flight_recorder_entries: ``TORCH_FR_BUFFER_SIZE`` if the pod sets neither it nor
-            ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (``None``: leave torch's default, off): torch's Flight
-            Recorder, which numbers the collectives each rank entered (gloo and NCCL).
+            ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (``None``: leave torch's default): torch's Flight
+            Recorder, which numbers the collectives each rank entered (gloo and NCCL; CUDA builds
+            keep 2000 NCCL entries by default).
         restart_policy: ``"hard"`` (torch's: any failure restarts every worker of the job) or ``"soft"``
             (the soft-restart RFC: only the failed node's workers restart, the others keep their
             processes and pause while the job scales down and up again; ``docs/soft_restarts.md``).
             ``"soft"`` needs ``nnodes`` as a range ``"min:max"`` and ``max_restarts >= 1``.
         soft_restart_timeout_s: how long a soft world change may take (members arriving, a restarted
             node's workers initialising).
+        lost_after_s: how long a peer pod may send no heartbeat while the job is healthy before it is
+            declared lost (a frozen node, a partition: ``docs/frozen_pods.md``); ``None``: no such watch.
+        heartbeat_interval_s: how often each pod's agent beats (and reads its watched peer's beat);
+            ``lost_after_s`` must span at least four beats. A longer interval lowers the rendezvous
+            store's load at a thousand pods and more.
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
@@ -114,6 +123,7 @@ class ElasticRootCause(Elastic):
     restart_policy: str = "hard"
     soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
     lost_after_s: float | None = DEFAULT_LOST_AFTER_S
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
 
     def __post_init__(self) -> None:
         if self.monitor_interval <= 0:
@@ -140,11 +150,8 @@ class ElasticRootCause(Elastic):
             isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
         ):
             raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
-        if self.lost_after_s is not None and (isinstance(self.lost_after_s, bool) or self.lost_after_s < 2):
-            raise ValueError(
-                f"lost_after_s must be >= 2 seconds (four heartbeats) or None (no liveness watch), "
-                f"got {self.lost_after_s!r}"
-            )
+        if (problem := liveness_problem(self.heartbeat_interval_s, self.lost_after_s)) is not None:
+            raise ValueError(problem)
         _validate_restart_policy(self)
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task

@@ -27,6 +27,7 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -118,6 +119,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             current_worker_name(),
             hosts_store=this_agent_hosts_rendezvous,
             silence_limit_s=self.task_config.lost_after_s,
+            interval_s=self.task_config.heartbeat_interval_s,
         )
         with (
             self._stores_kept(),
@@ -134,9 +136,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             watchdog = AgentWatchdog(observer, settings, error_of=root_cause_error, peers=peers) if settings else None
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
-            peers.when_a_peer_is_lost(
-                lambda lost: _a_peer_is_lost(observer, peers, lost, watchdog)
-            )
+            peers.when_a_peer_is_lost(_LostPeerHandler(observer, peers, soft, watchdog))
             try:
                 with (
                     applied_environment(agent_environment(self.task_config)),
@@ -236,11 +236,33 @@ LOST_PEER_TEARDOWN_GRACE_S = 1.0
 STORE_HOST_LOST_GRACE_S = 1.0
 
 
+@dataclasses.dataclass
+class _LostPeerHandler:
+    """What this pod does when the peer watch declares peers lost while the job was healthy.
+
+    Under soft restarts, while the store's host is not among them, the soft loop takes them out of
+    the world and the survivors go on (it ends the job itself when too few nodes would be left).
+    Otherwise (the hard policy, or the store gone with its host) this pod's workers are ended once.
+    """
+
+    observer: LaunchObserver
+    peers: PeerWatch
+    soft: SoftRestartSession | None
+    watchdog: AgentWatchdog | None
+    ended: bool = False
+
+    def __call__(self, lost: tuple[LostPeer, ...]) -> None:
+        hosts = {member.group_rank for member in self.peers.members() if member.hosts_store}
+        if self.soft is not None and not any(peer.group_rank in hosts for peer in lost):
+            self.soft.peers_lost(lost)
+            return
+        if not self.ended:
+            self.ended = True
+            _a_peer_is_lost(self.observer, lost, hosts, self.watchdog)
+
+
 def _a_peer_is_lost(
-    observer: LaunchObserver,
-    peers: PeerWatch,
-    lost: tuple[LostPeer, ...],
-    watchdog: AgentWatchdog | None,
+    observer: LaunchObserver, lost: tuple[LostPeer, ...], hosts: set[int], watchdog: AgentWatchdog | None
 ) -> None:
     """Peers sent no heartbeat while the job was healthy: end this pod's workers (they fail as victims,
     and the report names the lost pods); if the store's host is among them, torch's agent may never
@@ -248,7 +270,6 @@ def _a_peer_is_lost(
     names = ", ".join(f"{peer.worker} (group rank {peer.group_rank})" for peer in lost)
     logger.error("peer pods lost while the job was healthy: %s; ending this pod's workers", names)
     _end_running_attempt(observer, probe=False, grace_s=LOST_PEER_TEARDOWN_GRACE_S)
-    hosts = {member.group_rank for member in peers.members() if member.hosts_store}
     if watchdog is not None and any(peer.group_rank in hosts for peer in lost):
         why = (
             f"The pod that hosts the rendezvous store, {names}, sent no heartbeat and its store stopped "

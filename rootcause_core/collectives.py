@@ -12,6 +12,13 @@ is numbered: they time out waiting for its key in the store, and the key names i
 (``rootcause_core.store_waits``). That stall is a position too (:func:`init_stall`): number 0 of
 the group, operation :data:`INIT_OP`, with the ranks the peers waited for in ``awaited``.
 
+Point-to-point calls (send, recv, and their non-blocking forms) are not collectives: the Flight
+Recorder numbers none of them under gloo, and a rank that waits in one waits for one peer, not for
+the group. A rank records the ones still open when it fails or is probed
+(``rootcause_engine.worker.point_to_point``) as positions of operation ``send`` or ``recv`` whose
+``awaited`` is the peer; a timed-out recv or send thus names the rank it waited for, as a stalled
+initialisation does (:func:`merged_stall` joins the peers named by every rank that timed out so).
+
 A :class:`CollectivePosition` is the last collective one rank entered in one process group. A worker
 writes its positions into its error file when it fails, and into a probe file when the agent asks a
 live worker before tearing it down (``rootcause_engine.worker.hang_probe``). Pure: used by
@@ -32,6 +39,8 @@ from rootcause_core.store_waits import DEFAULT_GROUP, read_store_wait
 TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
 #: The operation of a stalled group initialisation (:func:`init_stall`).
 INIT_OP = "init_process_group"
+#: The operations of point-to-point positions (a non-blocking isend/irecv is recorded as its blocking name).
+POINT_TO_POINT_OPS: tuple[str, ...] = ("send", "recv")
 #: Awaited ranks kept from one entry at most (entries cross the store and error files: hostile input).
 _MAX_AWAITED = 64
 
@@ -55,6 +64,11 @@ class CollectivePosition:
     def is_init(self) -> bool:
         """The group's initialisation, not one of its collectives."""
         return self.op == INIT_OP
+
+    @property
+    def is_point_to_point(self) -> bool:
+        """A send or recv to one peer (``awaited``), not a collective of the whole group."""
+        return self.op in POINT_TO_POINT_OPS
 
     def to_json(self) -> dict[str, Any]:
         value = dataclasses.asdict(self)
@@ -81,6 +95,9 @@ class CollectivePosition:
         ``the initialisation of process group 0`` for a stalled initialisation."""
         if self.is_init:
             return f"the initialisation of process group {self.pg}"
+        if self.is_point_to_point:
+            peers = ", ".join(str(rank) for rank in self.awaited) or "an unknown peer"
+            return f"a point-to-point {self.op} with rank {peers} in process group {self.pg}"
         name = self.op.split(":", 1)[-1] or "collective"
         return f"{name} #{self.seq} of process group {self.pg}"
 
@@ -141,9 +158,29 @@ def timed_out_in(positions: Iterable[CollectivePosition]) -> CollectivePosition 
     return max(positions, key=lambda position: (position.entered_ns or 0, position.seq), default=None)
 
 
+def merged_stall(stalls: Iterable[CollectivePosition]) -> CollectivePosition | None:
+    """The stall peers timed out in (:func:`timed_out_in` of each rank's own stall). When that is a
+    point-to-point call, the peers every point-to-point stall waited for are joined into its
+    ``awaited``: in a ring of sends and receives the neighbours of the hung rank time out first, and
+    the ranks further along time out waiting for those neighbours, so no single stall names the hung
+    rank, while together they name it and ranks that were still waiting themselves (which the
+    caller tells apart by their stacks)."""
+    stalls = list(stalls)
+    latest = timed_out_in(stalls)
+    if latest is None or not latest.is_point_to_point:
+        return latest
+    awaited = sorted({rank for stall in stalls if stall.is_point_to_point for rank in stall.awaited})
+    return dataclasses.replace(latest, awaited=tuple(awaited[:_MAX_AWAITED]))
+
+
 def last_in_group(positions: Iterable[CollectivePosition], pg: str) -> CollectivePosition | None:
-    """A rank's last collective in process group ``pg``; ``None`` when it has none there."""
-    return max((position for position in positions if position.pg == pg), key=lambda p: p.seq, default=None)
+    """A rank's last collective in process group ``pg`` (point-to-point calls aside); ``None`` when
+    it has none there."""
+    return max(
+        (position for position in positions if position.pg == pg and not position.is_point_to_point),
+        key=lambda p: p.seq,
+        default=None,
+    )
 
 
 def entered(
@@ -153,8 +190,11 @@ def entered(
     its peers waited for it in the stalled initialisation, or when its last collective in that
     group has a lower number; ``None`` when it has none in that group (not a member, or no Flight
     Recorder: the caller must look elsewhere, e.g. at its stack). A rank with any collective in the
-    group got past its initialisation (number 0)."""
+    group got past its initialisation (number 0). A point-to-point stall is entered by no rank but
+    the ones it waited for, and tells nothing of the others (``None``)."""
     if rank is not None and rank in stalled.awaited:
         return False
+    if stalled.is_point_to_point:
+        return None
     last = last_in_group(positions, stalled.pg)
     return None if last is None else last.seq >= stalled.seq

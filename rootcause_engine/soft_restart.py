@@ -18,20 +18,29 @@ A training loop written for it (gloo or NCCL)::
             state = sync_from_peers(state)       # the new world agrees on the latest step
         try:
             train_step(state)                    # collectives raise when a peer fails
-        except dist.DistError:
+        except Exception as error:
+            if not soft_restart.is_peer_failure(error):
+                raise                            # this worker's own error: its node restarts
             info = soft_restart.reinitialize()
             state = sync_from_peers(state)
+
+A peer's failure reaches a survivor as whatever its backend raises: gloo a plain ``RuntimeError``
+("Connection closed by peer", "Timed out waiting ... for recv operation"), NCCL a
+``torch.distributed.DistBackendError``. :func:`is_peer_failure` tells it from the worker's own error.
 
 What survivors must hold, and what NCCL needs, is in ``docs/soft_restarts.md``.
 
 Each call reads this worker's channel file (:mod:`rootcause_engine.worker.world_events`):
-a ``stat`` per :func:`world_changed`, a read only when the file changed.
+a ``stat`` per :func:`world_changed`, a read only when the file changed. After the first
+:func:`reinitialize`, a daemon thread (the world watcher) also looks every :data:`WATCH_INTERVAL_S`,
+so that a scale-down reaches a worker blocked in a collective (``docs/soft_restarts.md``).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -56,10 +65,16 @@ __all__ = [
     "enabled",
     "get_worker_event",
     "get_worker_info",
+    "is_peer_failure",
     "reinitialize",
     "world_changed",
 ]
 
+#: How long :func:`is_peer_failure` waits for the agent's word on an error whose text names no peer:
+#: the agent learns of a peer's failure within its monitor interval and the peers' announcements.
+PEER_FAILURE_WAIT_S = 5.0
+#: How often a training worker's world watcher looks at its channel file (a ``stat``).
+WATCH_INTERVAL_S = 0.05
 #: How often a waiting worker looks at its channel file.
 POLL_INTERVAL_S = 0.005
 #: How long :func:`get_worker_info` waits for a HEALTHY world by default: gloo's default collective
@@ -84,18 +99,23 @@ class _Channel:
         self._latest: WorkerEvent | None = None
         self.version: int | None = None  # the world of the process group this process made
         self.transport_fds: set[int] = set()  # the sockets that group opened (see _abort_gloo_transport)
+        #: the world whose group the world watcher already left (its collectives raise from then on)
+        self.interrupted_version: int | None = None
+        self.lock = threading.Lock()  # version, transport_fds, interrupted_version: the watcher reads them
+        self._read_lock = threading.Lock()
 
     def latest(self) -> WorkerEvent | None:
-        try:
-            stat = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        key = (stat.st_size, stat.st_mtime_ns)
-        if key != self._seen:
-            events = read_events(self.path)
-            self._latest = events[-1] if events else None
-            self._seen = key
-        return self._latest
+        with self._read_lock:
+            try:
+                stat = os.stat(self.path)
+            except FileNotFoundError:
+                return None
+            key = (stat.st_size, stat.st_mtime_ns)
+            if key != self._seen:
+                events = read_events(self.path)
+                self._latest = events[-1] if events else None
+                self._seen = key
+            return self._latest
 
     def say_waiting(self) -> None:
         """Tell the agent this process waits for a world (written whole: a rename)."""
@@ -176,6 +196,41 @@ def get_worker_info(timeout_s: float = DEFAULT_WAIT_S, *, newer_than: int | None
         time.sleep(POLL_INTERVAL_S)
 
 
+def is_peer_failure(error: BaseException, *, wait_s: float = PEER_FAILURE_WAIT_S) -> bool:
+    """Whether ``error``, raised in a training step, came from the world changing under this worker
+    (a peer failed or left, or the agent paused the world) rather than from this worker's own code.
+
+    - the agent has paused this worker's world or formed a newer one (:func:`world_changed`): yes;
+    - a ``torch.distributed.DistError`` (NCCL's ``DistBackendError``, a store or network error), or a
+      text that is a peer's failure as gloo and NCCL word it (``rootcause_core.roles``: "connection
+      closed by peer", a collective that timed out, "remote process exited", an aborted communicator): yes;
+    - otherwise the agent is given ``wait_s`` to say the world changed (it learns of a peer's failure
+      within its monitor interval): yes if it does, no if not: the error is the worker's own, and the
+      loop should raise it (its node then restarts, or the job fails with it as the root cause).
+
+    Outside a soft-restart task (no channel) only the exception itself decides.
+    """
+    import torch.distributed as dist
+
+    from rootcause_core.collectives import is_collective_timeout
+    from rootcause_core.roles import is_victim_message
+    from rootcause_core.safe_text import exception_summary
+
+    if enabled() and world_changed():
+        return True
+    text = exception_summary(error)  # "Type: text", even when the exception's __str__ raises
+    if isinstance(error, dist.DistError) or is_victim_message(text) or is_collective_timeout(text):
+        return True
+    if not enabled():
+        return False
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL_S)
+        if world_changed():
+            return True
+    return False
+
+
 def _socket_fds() -> set[int]:
     """This process's open sockets (Linux ``/proc``; empty where there is none)."""
     found = set()
@@ -214,14 +269,62 @@ def _leave_process_group(channel: _Channel) -> None:
 
     if not dist.is_initialized():
         return
-    if dist.get_backend() == "nccl":
-        from rootcause_engine.upstream.torch_worker import abort_process_groups
+    with channel.lock:
+        interrupted = channel.interrupted_version is not None and channel.interrupted_version == channel.version
+        if dist.get_backend() == "nccl":
+            if not interrupted:
+                from rootcause_engine.upstream.torch_worker import abort_process_groups
 
-        abort_process_groups()
-    else:
-        _abort_gloo_transport(channel.transport_fds)
-        dist.destroy_process_group()
-    channel.transport_fds = set()
+                abort_process_groups()
+        else:
+            _abort_gloo_transport(channel.transport_fds)
+            dist.destroy_process_group()
+        channel.transport_fds = set()
+
+
+def _interrupt_collectives(channel: _Channel) -> None:
+    """Leave the transport of the current world's group, from the world watcher's thread: a collective
+    the training thread is blocked in raises now. For a peer that froze (a lost node closes no socket)
+    it would otherwise wait out the collective timeout, never seeing the agent's PAUSED."""
+    import torch.distributed as dist
+
+    with channel.lock:
+        if channel.version is None or channel.interrupted_version == channel.version or not dist.is_initialized():
+            return
+        channel.interrupted_version = channel.version
+        if dist.get_backend() == "nccl":
+            from rootcause_engine.upstream.torch_worker import abort_process_groups
+
+            abort_process_groups()
+        else:
+            _abort_gloo_transport(channel.transport_fds)
+
+
+def _watch_world(channel: _Channel) -> None:
+    """The world watcher: a scale-down (a node left, or the peer watch found one lost) pauses the
+    world; a worker blocked in a collective with the node that is gone is let out of it at once."""
+    while True:
+        time.sleep(WATCH_INTERVAL_S)
+        try:
+            event = channel.latest()
+            if (
+                event is not None
+                and event.worker_state is WorkerState.PAUSED
+                and event.change_event is WorldChangeEvent.SCALE_DOWN
+            ):
+                _interrupt_collectives(channel)
+        except Exception:  # never let the watcher hurt the worker: the collective timeout still bounds it
+            continue
+
+
+_watcher: list[threading.Thread] = []
+
+
+def _ensure_world_watcher(channel: _Channel) -> None:
+    if not _watcher:
+        thread = threading.Thread(target=_watch_world, args=(channel,), name="rootcause-world-watcher", daemon=True)
+        thread.start()
+        _watcher.append(thread)
 
 
 def reinitialize(
@@ -242,6 +345,8 @@ def reinitialize(
     info = get_worker_info(wait_timeout_s, newer_than=channel.version)
     before = _socket_fds()
     dist.init_process_group(backend or default_backend(), **info.get_pg_parameters(timeout))
-    channel.transport_fds = _socket_fds() - before
-    channel.version = info.world_version
+    with channel.lock:
+        channel.transport_fds = _socket_fds() - before
+        channel.version = info.world_version
+    _ensure_world_watcher(channel)
     return info

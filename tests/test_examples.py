@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, run_job
+from testbed.object_stores import ObjectStore
+from tests.entrypoint_tasks.harness import read_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
@@ -40,3 +45,30 @@ def test_soft_restart_example_heals_a_recoverable_failure_and_returns(tmp_path: 
     assert "soft restart: leaving the world, restarting this node's workers" in output
     assert "spot node reclaimed under rank 1 at step 50" in output
     assert float(completed.stdout.strip().splitlines()[-1]) < 1.0  # the fitted loss, printed by pyflyte run
+
+
+@pytest.mark.slow
+def test_soft_restart_example_keeps_its_survivors_with_two_pods(
+    file_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's loop as a 2-pod PyTorchJob (spawned workers, as kfpytorch starts them): rank 1
+    fails once; the other pod's workers survive the gloo error their all-reduce raises (a plain
+    RuntimeError: ``soft_restart.is_peer_failure`` tells it from their own), go on in the smaller
+    world, take the restarted pod back, and the job fits its line."""
+    monkeypatch.setenv("EXAMPLE_NNODES", "1:2")  # read when the example is imported, here and in each pod
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.delitem(sys.modules, "examples.soft_restart", raising=False)
+    example = importlib.import_module("examples.soft_restart")
+    spec = JobSpec(task=example.train, nnodes=2, nproc_per_node=2, store=StoreAccess(file_store.root),
+                   inputs={"steps": 200, "fail_rank": 1, "fail_step": 50}, timeout_s=200)
+    result = run_job(spec, work_dir=tmp_path)
+    logs = {pod.name: pod.log_path.read_text(errors="replace") for pod in result.pods}
+    where = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out and all(pod.returncode == 0 for pod in result.pods), where
+    (failed,) = [pod for pod, log in logs.items() if "spot node reclaimed under rank 1 at step 50" in log]
+    (survivor,) = set(logs) - {failed}
+    assert "restarting this node's workers" in logs[failed], where
+    assert "restarting this node's workers" not in logs[survivor], where  # its workers kept going
+    assert "declaring it lost" not in logs[failed] + logs[survivor], where
+    loss = read_outputs(file_store, result.output_prefix).literals["o0"].scalar.primitive.float_value
+    assert loss < 1.0, where

@@ -48,6 +48,24 @@ class FaultKind(enum.StrEnum):
     FREEZE = "freeze"  # every process of the pod stopped at once (SIGSTOP): sockets open, nothing answers
 
 
+class Communication(enum.StrEnum):
+    """How the training step exchanges its "gradients": one collective, or point-to-point.
+
+    A rank that hangs leaves its peers waiting in whichever the step uses, and each fails them
+    differently: the root of a broadcast waits for its sends while the other receivers go on to the
+    next step; a ring of send/recv stalls neighbour after neighbour, and torch's Flight Recorder
+    records no point-to-point call under gloo.
+    """
+
+    ALL_REDUCE = "all_reduce"
+    BROADCAST_ROOT = "broadcast_root"  # the faulty rank is the broadcast's source
+    BROADCAST_RECEIVER = "broadcast_receiver"  # the source is a rank of the next pod; the faulty rank receives
+    BARRIER = "barrier"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    SEND_RECV = "send_recv"  # a ring: each rank sends to the next and receives from the previous
+
+
 #: ``maybe_inject``'s step before the training task calls ``init_process_group``.
 BEFORE_INIT = -1
 
@@ -76,6 +94,9 @@ class Fault:
     second_local_rank: int = 0
     second_delay_s: float = 0.05
     clock_offset_s: float = 0.0  # how far the faulty pod's wall clock runs ahead of the others'
+    #: What every worker's training step communicates with (:class:`Communication`): a HANG then
+    #: leaves its peers waiting in that call.
+    communication: str = "all_reduce"
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -101,7 +122,7 @@ def record_fault_time(path: Path) -> None:
     tmp.replace(path)
 
 
-def _is_faulty_pod(selector: str, pod: str) -> bool:
+def is_faulty_pod(selector: str, pod: str) -> bool:
     """``selector`` is a pod name, or one of the store-host selectors (resolved by asking /proc; of
     several pods that match, the first to claim the fault gets it, so exactly one pod is faulty)."""
     if selector not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
@@ -155,7 +176,7 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         return
     fault_file = _sim_dir() / FAULT_TIME_FILE
     first_error_pointer = _sim_dir() / FIRST_ERROR_FILE
-    if local_rank == fault.local_rank and _is_faulty_pod(fault.pod, pod):
+    if local_rank == fault.local_rank and is_faulty_pod(fault.pod, pod):
         if fault.kind == FaultKind.ORDERING:
             first_error_pointer.write_text(os.environ.get("TORCHELASTIC_ERROR_FILE", ""))
         if fault.pod not in (STORE_HOST_POD, NOT_STORE_HOST_POD):

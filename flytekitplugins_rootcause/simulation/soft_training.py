@@ -27,7 +27,7 @@ from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE
+from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine import soft_restart
 
@@ -72,10 +72,17 @@ def _until_a_survivor_scaled_down(timeout_s: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+#: ``fail_kind`` values: the worker raises (recoverable unless ``fail_fatal``), or its whole pod is lost at
+#: once: every process SIGKILLed (``vanish``) or SIGSTOPped (``freeze``), as a lost node is.
+FAIL_KINDS = ("raise", "vanish", "freeze")
+
+
 def run_soft_training(
     steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
-    init_until_scale_down: bool = False, fail_fatal: bool = False,
+    init_until_scale_down: bool = False, fail_fatal: bool = False, fail_kind: str = "raise",
 ) -> float:
+    if fail_kind not in FAIL_KINDS:
+        raise ValueError(f"fail_kind must be one of {FAIL_KINDS}, got {fail_kind!r}")
     pod, local_rank = current_worker_name(), int(os.environ["LOCAL_RANK"])
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     log = _Log(pod, local_rank)
@@ -102,16 +109,20 @@ def run_soft_training(
         # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step;
         # recoverable (FlyteRecoverableException) unless ``fail_fatal`` (a plain ValueError)
         due = step == fail_step if not restarted else fail_again
-        if pod == fail_pod and local_rank == fail_local_rank and due:
-            log.write("fault", step=step)
+        if local_rank == fail_local_rank and due and fail_pod and is_faulty_pod(fail_pod, pod):
+            log.write("fault", step=step, kind=fail_kind)
+            if fail_kind == "vanish":
+                vanish_pod()
+            if fail_kind == "freeze":
+                freeze_pod(pod)
             message = f"injected failure at step {step} on {pod} local rank {local_rank}"
             raise ValueError(message) if fail_fatal else FlyteRecoverableException(message)
         contribution = torch.full((4,), float(step + 1))
         try:
             dist.all_reduce(contribution)
-        except RuntimeError as error:  # a peer failed: gloo's transport error (a DistError)
+        except Exception as error:  # a peer failed: gloo raises a plain RuntimeError, NCCL a DistBackendError
             log.write("collective_failed", step=step, error=str(error)[:200])
-            if not soft:
+            if not soft or not soft_restart.is_peer_failure(error):
                 raise
             info, step, total = _next_world(log, step, total)
             version = info.world_version
@@ -145,13 +156,31 @@ def soft_train_2x2(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, f
                              init_until_scale_down, fail_fatal)
 
 
+@task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="soft"))
+def soft_train_2x2_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                           fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                           init_until_scale_down: bool = False, fail_fatal: bool = False) -> float:
+    """``soft_train_2x2`` with kfpytorch's default start method (spawn), as users run it."""
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down, fail_fatal)
+
+
 @task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft",
                                    start_method="fork"))
 def soft_train_3x1(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                    fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
-                   init_until_scale_down: bool = False) -> float:
+                   init_until_scale_down: bool = False, fail_kind: str = "raise") -> float:
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
-                             init_until_scale_down)
+                             init_until_scale_down, fail_kind=fail_kind)
+
+
+@task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft"))
+def soft_train_3x1_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                           fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                           init_until_scale_down: bool = False, fail_kind: str = "raise") -> float:
+    """``soft_train_3x1`` with kfpytorch's default start method (spawn), as users run it."""
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down, fail_kind=fail_kind)
 
 
 @task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard",

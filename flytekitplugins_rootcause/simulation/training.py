@@ -17,7 +17,14 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.faults import BEFORE_INIT, SIM_DIR_VARIABLE, maybe_inject
+from flytekitplugins_rootcause.simulation.faults import (
+    BEFORE_INIT,
+    FAULT_VARIABLE,
+    SIM_DIR_VARIABLE,
+    Communication,
+    Fault,
+    maybe_inject,
+)
 from rootcause_core.worker_names import current_worker_name
 
 #: gloo collectives give up after this long (a hung peer then surfaces as a timeout error).
@@ -59,17 +66,66 @@ def run_training(
     group = None
     if collective_timeout_s != init_timeout_s:
         group = dist.new_group(timeout=timedelta(seconds=collective_timeout_s))
+    fault = Fault.from_env(os.environ.get(FAULT_VARIABLE))
+    communication = Communication(fault.communication) if fault is not None else Communication.ALL_REDUCE
+    source = _broadcast_source(communication, fault, pod, local_rank)
     weights = torch.ones(64, 64)
     loss = 0.0
     for step in range(steps):
         maybe_inject(step, pod, local_rank)
         grads = weights @ torch.randn(64, 64) * 1e-3
-        dist.all_reduce(grads, group=group)
+        grads = exchange(communication, grads, group, source)
         weights -= grads / dist.get_world_size()
         loss = float(weights.mean())
         time.sleep(0.05)
     dist.destroy_process_group()
     return loss
+
+
+def _broadcast_source(communication: Communication, fault: Fault | None, pod: str, local_rank: int) -> int:
+    """The global rank a broadcast step sends from: the faulty worker (its root hangs), or the same
+    local rank of the next pod (a receiver hangs). Ranks are the rendezvous's, so the workers learn
+    which rank is the faulty one with one all-reduce first (before any fault is due)."""
+    if fault is None or communication not in (Communication.BROADCAST_ROOT, Communication.BROADCAST_RECEIVER):
+        return 0
+    faulty_flags, rank = torch.zeros(dist.get_world_size()), dist.get_rank()
+    faulty_flags[rank] = float((pod, local_rank) == (fault.pod, fault.local_rank))
+    dist.all_reduce(faulty_flags)
+    faulty = int(faulty_flags.argmax())
+    if communication == Communication.BROADCAST_ROOT:
+        return faulty
+    return (faulty + int(os.environ.get("LOCAL_WORLD_SIZE", "1"))) % dist.get_world_size()
+
+
+def exchange(
+    communication: Communication, grads: torch.Tensor, group: dist.ProcessGroup | None, source: int
+) -> torch.Tensor:
+    """One step's exchange of ``grads`` with every other rank, by ``communication``; the summed (or
+    received) result."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if communication == Communication.ALL_REDUCE:
+        dist.all_reduce(grads, group=group)
+    elif communication in (Communication.BROADCAST_ROOT, Communication.BROADCAST_RECEIVER):
+        dist.broadcast(grads, src=source, group=group)
+    elif communication == Communication.BARRIER:
+        dist.barrier(group=group)
+    elif communication == Communication.ALL_GATHER:
+        gathered = [torch.empty_like(grads) for _ in range(world)]
+        dist.all_gather(gathered, grads, group=group)
+        grads = torch.stack(gathered).sum(0)
+    elif communication == Communication.REDUCE_SCATTER:
+        shard = torch.empty(grads.shape[0] // world or 1, grads.shape[1])
+        dist.reduce_scatter_tensor(shard, grads[: shard.shape[0] * world].contiguous(), group=group)
+        grads = shard.repeat(world, 1)[: grads.shape[0]]
+    elif communication == Communication.SEND_RECV:  # even ranks send first, odd ones receive first
+        received = torch.empty_like(grads)
+        for call in ("send", "recv") if rank % 2 == 0 else ("recv", "send"):
+            if call == "send":
+                dist.send(grads, (rank + 1) % world, group=group)
+            else:
+                dist.recv(received, (rank - 1) % world, group=group)
+        grads = received
+    return grads
 
 
 # One task per job shape and config; monitor_interval is left at each config's default (what a

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rootcause_core.collectives import is_collective_timeout
+from rootcause_core.roles import is_victim_message
 from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.teardown import terminate_then_kill
@@ -151,11 +152,13 @@ class LaunchObserver:
 
     def stall_suspected(self, attempt: int) -> bool:
         """A worker of ``attempt`` failed as a peer's hang makes it fail: a collective timeout it
-        recorded, or SIGABRT with nothing recorded (NCCL's watchdog on a timed-out collective)."""
+        recorded, or a victim's error (gloo closes a pair that timed out, so the peers of the rank
+        that timed out see "connection closed"), or SIGABRT with nothing recorded (NCCL's watchdog
+        on a timed-out collective)."""
         for worker in self.workers_of(attempt):
             recorded = read_error_file(worker.error_file) if worker.error_file else None
             if recorded is not None:
-                if is_collective_timeout(recorded.message):
+                if is_collective_timeout(recorded.message) or is_victim_message(recorded.message):
                     return True
                 continue
             exit_ = self.watcher.exit_of(worker.pid)
@@ -473,8 +476,16 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
     observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
     watchdog gives each phase its own time limit). ``peers`` learns each round the agent joins, and
     its heartbeat is paused while workers are forked too (its owner stops it: it must go on beating
-    while the failure is diagnosed, so that the other pods see this one alive).
+    while the failure is diagnosed, so that the other pods see this one alive). Entering the exit
+    barrier (this pod's workers all returned), the pod tells its peers it is done: torch's barrier
+    waits on the store client the heartbeat shares, so no heartbeat goes out while it waits for
+    slower pods, and a peer that had not been told would take the silence for a lost pod.
     """
+
+    def exit_barrier(entered: bool) -> None:
+        if entered and peers is not None:
+            peers.finish()
+        observer.on_exit_barrier(entered)
 
     def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
@@ -495,7 +506,7 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
         torch_elastic.patch_start_processes(start_and_observe),
         torch_elastic.patch_agent_phases(
             on_rendezvous=observer.on_rendezvous,
-            on_exit_barrier=observer.on_exit_barrier,
+            on_exit_barrier=exit_barrier,
             after_rendezvous=None if peers is None else peers.joined,
         ),
     ):

@@ -57,25 +57,24 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from rootcause_core.collectives import CollectivePosition
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
 from rootcause_core.testimony import LostPeer, Member, member_from_entry
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
 
-#: How often each agent writes its heartbeat.
-HEARTBEAT_INTERVAL_S = 0.5
 #: How long a peer may go without a heartbeat (and without announcing a failure) after this pod's
 #: workers failed before it counts as lost: several heartbeats, so a busy host's late beat is not
 #: taken for a lost pod.
 LOST_AFTER_S = 2.0
-#: How long a healthy job's peer may go without a heartbeat before its watcher declares it lost
-#: (``ElasticRootCause.lost_after_s``): ten heartbeats, so an agent starved of CPU or paused by a long
-#: garbage collection is not taken for a frozen node (docs/frozen_pods.md has the measurements).
-SILENCE_LIMIT_S = 5.0
-#: How often the heartbeat thread looks for members it does not know yet (they publish right after
-#: the rendezvous; their workers may fail within a heartbeat interval of it).
+#: How often the heartbeat thread looks for the store host's entry until it has it (the host may be
+#: lost within a heartbeat of the rendezvous, and only a pod that read its entry can name it then).
+#: The other members are looked for once per heartbeat.
 MEMBERS_POLL_S = 0.05
+#: Member entries checked and read per store call: the first look of a thousand pods must not be
+#: a million-key burst at one moment, and one pod that has not published yet must not hide the rest.
+MEMBER_CHUNK = 128
 
 _KEY_PREFIX = "rootcause/"
 
@@ -106,6 +105,8 @@ def _verdict_key(index: int) -> str:
     return f"{_KEY_PREFIX}lost/{index}"
 
 
+#: The store host's member entry again, under a name every pod can poll for cheaply.
+_STORE_HOST_KEY = f"{_KEY_PREFIX}store-host"
 #: How many lost-pod verdicts were written in the round (read once per heartbeat by every pod).
 _VERDICTS_KEY = f"{_KEY_PREFIX}verdicts"
 #: Hands out verdict numbers (two watchers may write at once).
@@ -139,7 +140,14 @@ class _Round:
         self.watched_beat: bytes | None = None
         self.watched_since = time.monotonic()
         self.store_silent_since: float | None = None  # the store stopped answering then
-        self.members_read_one_by_one = float("-inf")  # when entries were last read one by one
+        self.members_looked_at = float("-inf")  # when the member entries were last looked for
+        #: the group ranks whose entries are still to be read, in chunks checked (and read) as one,
+        #: each with the number of looks that found it incomplete
+        missing = [rank for rank in range(self.world_size) if rank != own.group_rank]
+        self.member_chunks: list[tuple[list[int], int]] = [
+            (missing[start : start + MEMBER_CHUNK], 0) for start in range(0, len(missing), MEMBER_CHUNK)
+        ]
+        self.store_host_known = own.hosts_store
 
 
 class PeerWatch:
@@ -177,8 +185,9 @@ class PeerWatch:
         self._on_peer_failure = callback
 
     def when_a_peer_is_lost(self, callback: Callable[[tuple[LostPeer, ...]], None]) -> None:
-        """Call ``callback`` (on a thread of its own, once per round) with the peers declared lost while
-        the job was healthy (a frozen or partitioned node, or the store's host when the store froze)."""
+        """Call ``callback`` (on a thread of its own, each time new ones are declared) with every peer
+        declared lost so far while the job was healthy (a frozen or partitioned node, or the store's
+        host when the store froze)."""
         self._on_peer_lost = callback
 
     # --- the agent's calls ---------------------------------------------------------------------
@@ -195,6 +204,8 @@ class PeerWatch:
         if joined.group_world_size < 2:
             return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
         self._call(current, "set", _member_key(own.group_rank), json.dumps(own.entry()))
+        if own.hosts_store:
+            self._call(current, "set", _STORE_HOST_KEY, json.dumps(own.entry()))
         self._call(current, "set", _alive_key(own.group_rank), str(time.time_ns()))
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()
@@ -277,22 +288,38 @@ class PeerWatch:
             if pending:
                 time.sleep(self.interval_s / 5)
 
-    def announced_stalls(self) -> tuple[CollectivePosition, ...]:
-        """The collectives other pods announced they timed out in (read from the store now)."""
+    def announced_stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]:
+        """The collectives other pods announced they timed out in (read from the store now; with
+        ``wait_s``, read again until one is announced, every peer has announced its failure (a
+        pod writes its stall before its failure), or ``wait_s`` has passed)."""
         current = self._current()
         if current is None or current.world_size < 2:
             return ()
+        deadline = time.monotonic() + wait_s
+        while True:
+            stalls, answered = self._read_stalls(current)
+            if stalls or not answered or time.monotonic() >= deadline or self._every_peer_failed(current):
+                return stalls
+            time.sleep(min(self.interval_s / 5, max(0.0, deadline - time.monotonic())))
+
+    def _read_stalls(self, current: _Round) -> tuple[tuple[CollectivePosition, ...], bool]:
+        """(the stalls announced so far, whether the store answered every read)."""
         stalls = []
         for rank in range(current.world_size):
             if rank == current.own.group_rank:
                 continue
             value, ok = self._read(current, _stalled_key(rank))
             if not ok:
-                break
+                return tuple(stalls), False
             stall = _parse_stall(value)
             if stall is not None:
                 stalls.append(stall)
-        return tuple(stalls)
+        return tuple(stalls), True
+
+    def _every_peer_failed(self, current: _Round) -> bool:
+        """Every other pod announced its failure (the failure counter counts this pod's too)."""
+        count = self._call(current, "add", _FAILURES_KEY, 0)
+        return count is not None and int(count) >= current.world_size
 
     def lost_peers(self) -> tuple[LostPeer, ...]:
         """The peers that are gone: no heartbeat and no failure announced within ``lost_after_s``."""
@@ -354,9 +381,9 @@ class PeerWatch:
                 threading.Thread(
                     target=_call_logged, args=(self._on_peer_failure,), name="rootcause-peer-failed", daemon=True
                 ).start()
-            # until every member is known, look again soon: a pod that hosts the store and is lost
+            # until the store host is known, look again soon: a pod that hosts the store and is lost
             # before its peers read its entry could not be named (its peers only see the store go)
-            complete = len(current.members) >= current.world_size
+            complete = len(current.members) >= current.world_size or current.store_host_known
             current.stop.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
 
     # --- liveness while healthy ----------------------------------------------------------------
@@ -454,10 +481,9 @@ class PeerWatch:
         if not found:
             return
         with self._lock:
-            first = not current.verdicts
             current.verdicts.update(found)
             current.lost |= set(found)
-        if first and self._on_peer_lost is not None:
+        if self._on_peer_lost is not None:
             lost = tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
             threading.Thread(
                 target=_call_logged, args=(lambda: self._on_peer_lost(lost),), name="rootcause-peer-lost",
@@ -473,30 +499,44 @@ class PeerWatch:
         return ok and int(count) > (0 if own is None else 1)
 
     def _learn_members(self, current: _Round) -> None:
-        """Read the members not known yet: all in one ``multi_get`` once all have published (one
-        check per look until then), else, once per heartbeat, those that have, one by one. Every
-        pod publishes right after the rendezvous, so the one-call path is the usual one: reading
-        entries one by one costs every pod two round trips per peer, which at a thousand pods is
-        two million store operations for the job."""
-        missing = [rank for rank in range(current.world_size) if rank not in current.members]
-        keys = [_member_key(rank) for rank in missing]
-        present = self._call(current, "check", keys)
-        if present is None:
-            return
-        if present:
-            values = self._call(current, "multi_get", keys)
-            if isinstance(values, list) and len(values) == len(missing):
-                self._add_members(current, zip(missing, values, strict=True))
-            return
+        """Read the members not known yet: the store host's entry at every look until it is known
+        (one key), the others once per heartbeat, :data:`MEMBER_CHUNK` entries per call. A chunk
+        whose entries are all published is read in one ``multi_get``; one that was incomplete at two
+        looks is split in halves, so a pod that never publishes (lost before it could) keeps only
+        itself unknown. Every pod publishes right after the rendezvous, so one look usually reads
+        everything: at a thousand pods, eight checks and eight reads per pod, once per job."""
+        if not current.store_host_known:
+            present = self._call(current, "check", [_STORE_HOST_KEY])
+            value = self._call(current, "get", _STORE_HOST_KEY) if present else None
+            member = _parse_member(value) if isinstance(value, bytes) else None
+            if member is not None:
+                current.store_host_known = True
+                self._add_members(current, [(member.group_rank, value)])
         now = time.monotonic()
-        if now - current.members_read_one_by_one < self.interval_s:
+        if now - current.members_looked_at < self.interval_s:
             return
-        current.members_read_one_by_one = now
-        for rank in missing:
-            value, ok = self._read(current, _member_key(rank))
-            if not ok:
-                return
-            self._add_members(current, [(rank, value)])
+        current.members_looked_at = now
+        remaining: list[tuple[list[int], int]] = []
+        for index, (chunk, misses) in enumerate(current.member_chunks):
+            chunk = [rank for rank in chunk if rank not in current.members]
+            if not chunk:
+                continue
+            keys = [_member_key(rank) for rank in chunk]
+            present = self._call(current, "check", keys)
+            if present is None:  # the store did not answer: look again at the next heartbeat
+                remaining.extend(current.member_chunks[index:])
+                break
+            if present:
+                values = self._call(current, "multi_get", keys)
+                if isinstance(values, list) and len(values) == len(chunk):
+                    self._add_members(current, zip(chunk, values, strict=True))
+                    continue
+            if misses >= 1 and len(chunk) > 1:
+                half = len(chunk) // 2
+                remaining.extend([(chunk[:half], 0), (chunk[half:], 0)])
+            else:
+                remaining.append((chunk, misses + 1))
+        current.member_chunks = remaining
 
     def _add_members(self, current: _Round, entries: Iterable[tuple[int, bytes | None]]) -> None:
         for rank, value in entries:
@@ -512,8 +552,15 @@ class PeerWatch:
             return self._round
 
     def _member(self, current: _Round, rank: int) -> Member:
+        """Member ``rank``: known, else read now (a pod lost before the heartbeat thread's next look
+        at the members must still be named by its pod name), else known by its group rank only."""
         with self._lock:
             known = current.members.get(rank)
+        if known is None:
+            value, _ = self._read(current, _member_key(rank))
+            self._add_members(current, [(rank, value)] if isinstance(value, bytes) else [])
+            with self._lock:
+                known = current.members.get(rank)
         return known if known is not None else Member(rank, f"group rank {rank}", -1, 0)
 
     def _read(self, current: _Round, key: str) -> tuple[bytes | None, bool]:

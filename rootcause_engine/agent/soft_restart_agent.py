@@ -29,13 +29,13 @@ from collections.abc import Callable
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from rootcause_core.testimony import LostPeer
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.soft_world import Change, SoftWorld, World
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_agent_loop import (
     AgentParts,
-    finished_without_results,
     is_failed,
     is_healthy,
     is_succeeded,
@@ -69,13 +69,25 @@ class SoftRestartSession:
     changes: tuple[Change, ...] = ()
     fatal_elsewhere: str | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    #: peers the peer watch declared lost (a vanished or frozen pod), not yet taken out of the world
+    lost_pending: list[LostPeer] = dataclasses.field(default_factory=list)
+
+    def peers_lost(self, lost: tuple[LostPeer, ...]) -> None:
+        """The peer watch declared ``lost`` (on its own thread): the loop scales down without them."""
+        with self.lock:
+            self.lost_pending.extend(lost)
+
+    def take_lost(self) -> list[LostPeer]:
+        with self.lock:
+            taken, self.lost_pending = self.lost_pending, []
+        return taken
 
 
 _CHANGE_WORDS = {
     "leave": "failed; its workers restarted while the others went on without it",
     "join": "rejoined (its restarted workers were ready)",
     "fatal": "failed for good",
-    "lost": "never arrived at a new world; the others went on without it",
+    "lost": "was lost (it never arrived at a new world, or sent no heartbeat); the others went on without it",
 }
 
 
@@ -141,10 +153,11 @@ class SoftRestartLoop:
         finished_seen: float | None = None
         while True:
             time.sleep(parts.monitor_interval)
+            self._scale_down_lost()
             result = parts.poll()
             if is_succeeded(result):
                 self.world.announce_finished()
-                parts.exit_barrier()
+                self._exit_barrier()
                 return result
             if is_failed(result):
                 if self.session.fatal_elsewhere is not None:
@@ -167,6 +180,35 @@ class SoftRestartLoop:
                     self._follow_change()
                 except TimeoutError as exc:
                     self._give_up(exc)
+
+    def _exit_barrier(self) -> None:
+        """torch's exit barrier, which waits for every node of the first world; once a node was lost
+        (it would wait its whole timeout for it), a barrier of the current world's nodes instead, so
+        the store's host still outlives the others' last use of the store."""
+        if not any(change.op == "lost" for change in self.world.current.changes):
+            self.parts.exit_barrier()
+        elif not self.world.exit_barrier(self.session.timeout_s):
+            logger.warning("soft restart: not every node of world %d reached the end within %g s",
+                           self.world.current.version, self.session.timeout_s)
+
+    def _scale_down_lost(self) -> None:
+        """Take the peers the peer watch declared lost out of the world (the first node to see a
+        verdict proposes it; every node then follows the change). A world that would fall below
+        ``min_nodes`` cannot go on: the job ends, the lost pod named by every survivor's report."""
+        lost = [peer for peer in self.session.take_lost() if peer.group_rank in self.world.current.members]
+        if not lost:
+            return
+        names = ", ".join(peer.worker for peer in lost)
+        remaining = set(self.world.current.members) - {peer.group_rank for peer in lost}
+        if len(remaining) < self.session.min_nodes:
+            self._give_up(TimeoutError(
+                f"soft restart: {names} lost, and {len(remaining)} node(s) are fewer than the {self.session.min_nodes} "
+                "the job needs"
+            ))
+            return
+        for peer in lost:
+            if self.world.remove_lost(peer.group_rank, peer.worker, "sent no heartbeat: a lost or frozen node"):
+                logger.warning("soft restart: %s is lost: the others go on without it", peer.worker)
 
     def _give_up(self, error: TimeoutError) -> None:
         """A world change did not complete in time: the job cannot go on as one. Tell the other nodes
@@ -216,8 +258,8 @@ class SoftRestartLoop:
         """The training ended while this node restarted: its workers are not needed any more."""
         logger.warning("soft restart: the training finished while this node restarted; stopping its workers")
         self.parts.stop_workers()
-        self.parts.exit_barrier()
-        return finished_without_results()
+        self._exit_barrier()
+        return self.parts.finished_without_results()
 
     def _wait_until_ready(self) -> RunResult | None:
         """Wait until every restarted worker waits for a world; the poll's result if they ended first."""
@@ -274,6 +316,7 @@ class SoftRestartLoop:
 
     def _healthy_events(self, world: World, change: WorldChangeEvent | None) -> dict[int, WorkerEvent]:
         parts = self.parts
+        master_addr, master_port = parts.world_store_address
         return {
             local_rank: WorkerEvent(
                 time.time(),
@@ -286,8 +329,8 @@ class SoftRestartLoop:
                     local_world_size=parts.local_world_size,
                     role_world_size=world_size,
                     world_size=world_size,
-                    master_addr=parts.master_addr,
-                    master_port=parts.master_port,
+                    master_addr=master_addr,
+                    master_port=master_port,
                     world_version=world.version,
                 ),
             )

@@ -9,7 +9,8 @@ round's store (the c10d rendezvous store, alive as long as the job), with a few 
 
 - ``log/len`` and ``log/<i>``: an append-only log of membership changes (``leave``: a node failed
   and restarts its workers; ``join``: its workers are ready again; ``fatal``: a failure that ends
-  the job; ``lost``: a member that never arrived). Appending is one atomic ``add`` for the index.
+  the job; ``lost``: a member that never arrived, or that the peer watch found lost: a pod that
+  vanished or froze). Appending is one atomic ``add`` for the index.
 - ``world/<v>``: world ``v`` covers the log up to the length written there. The first proposer wins
   (``compare_set``); its members are the first world's nodes with the log applied, in node order.
 - ``arrive/<v>/<node>``: a member is ready for world ``v``; ``decided/<v>``: ``formed`` once every
@@ -17,6 +18,8 @@ round's store (the c10d rendezvous store, alive as long as the job), with a few 
   decision wins (``compare_set``), so all pods agree whether ``v`` was formed.
 - ``finished``: a node's workers all returned: the training is over, so a node still restarting
   (whose workers are not in the current world) stops waiting for a world and ends too.
+- ``exit/<node>``: the node reached the end of the job; once a node was lost, the nodes wait for
+  each other here instead of in torch's exit barrier (which would wait for the lost one).
 
 A node's index is its group rank in the first world; a node keeps it across restarts, so a node that
 comes back gets its old ranks back.
@@ -142,6 +145,28 @@ class SoftWorld:
     def leave(self, reason: str) -> None:
         """This node failed and restarts its workers: the others go on without it."""
         self._propose_covering(self._append("leave", reason))
+
+    def remove_lost(self, node: int, name: str, reason: str) -> bool:
+        """Another node is lost (the peer watch's verdict: a vanished or frozen pod): the others go on
+        without it. The first node to say so logs it (one ``compare_set``); False for the others."""
+        claimed = self.store.compare_set(f"{_PREFIX}lost/{node}", "", str(self.node))
+        if claimed.decode() != str(self.node):
+            return False
+        self._propose_covering(self._append("lost", reason, node=node, name=name))
+        return True
+
+    def exit_barrier(self, timeout_s: float) -> bool:
+        """Wait until every node of the current world, and this one, has reached the end of the job
+        (torch's own exit barrier waits for every node of the *first* world, a lost one included).
+        False when some did not within ``timeout_s``."""
+        self.store.set(f"{_PREFIX}exit/{self.node}", str(time.time_ns()))
+        keys = [f"{_PREFIX}exit/{node}" for node in sorted({*self.current.members, self.node})]
+        deadline = time.monotonic() + timeout_s
+        while not self.store.check(keys):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(10 * POLL_INTERVAL_S)
+        return True
 
     def fail_job(self, reason: str) -> None:
         """This node failed for good: every node ends its workers."""

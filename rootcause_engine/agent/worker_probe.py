@@ -28,6 +28,9 @@ from rootcause_engine.worker.hang_probe import PROBE_SIGNAL, probe_paths
 PROBE_WAIT_S = 1.0
 #: A stacks file that has not grown for this long is complete (its worker cannot answer from Python).
 STACKS_SETTLED_S = 0.2
+#: The same for stacks that already show a ``torch.distributed`` call: such a worker waits in a
+#: collective (no Python answer will come), and its verdict needs no more of its stacks.
+IN_COLLECTIVE_SETTLED_S = 0.02
 _POLL_S = 0.01
 #: Frames that mean "inside a torch.distributed call" in a faulthandler dump.
 COLLECTIVE_FRAME_MARKERS: tuple[str, ...] = (
@@ -79,7 +82,8 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
 
     A worker's answer is complete when its collectives arrive (its C handler wrote the stacks
     before its Python handler ran), or when its stacks have stopped growing for
-    :data:`STACKS_SETTLED_S` (a worker whose main thread cannot run Python now).
+    :data:`STACKS_SETTLED_S` (a worker whose main thread cannot run Python now), or for
+    :data:`IN_COLLECTIVE_SETTLED_S` once they show a ``torch.distributed`` call.
     """
     asked_ns = time.time_ns()
     pending: dict[int, tuple[str, str]] = {}
@@ -104,7 +108,10 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
             size = _size(stacks)
             last_size, changed = growth.get(pid, (-1, now))
             growth[pid] = (size, changed if size == last_size else now)
-            settled = size > 0 and now - growth[pid][1] >= STACKS_SETTLED_S
+            quiet_s = now - growth[pid][1]
+            settled = size > 0 and (
+                quiet_s >= STACKS_SETTLED_S or (quiet_s >= IN_COLLECTIVE_SETTLED_S and _shows_a_collective(stacks))
+            )
             if positions is not None or settled or now >= deadline:
                 del pending[pid]
                 text = bounded_text(_read_text(stacks), MAX_WORKER_TEXT_BYTES)
@@ -113,6 +120,11 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
         if pending:
             time.sleep(_POLL_S)
     return answers
+
+
+def _shows_a_collective(path: str) -> bool:
+    text = _read_text(path)
+    return any(marker in text for marker in COLLECTIVE_FRAME_MARKERS)
 
 
 def _size(path: str) -> int:

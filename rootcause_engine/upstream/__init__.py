@@ -70,6 +70,7 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch.distributed.distributed_c10d.default_pg_nccl_timeout`` (set);
   ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries);
   ``torch.distributed.distributed_c10d._abort_process_group`` (called: an NCCL world left under soft
-  restarts).
+  restarts); ``torch.distributed.distributed_c10d.send`` and ``torch.distributed.distributed_c10d.recv``
+  (wrapped, under that name and ``torch.distributed``'s: the peer an open call waits for).
 - :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
 """

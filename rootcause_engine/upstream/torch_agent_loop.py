@@ -15,6 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from torch.distributed import TCPStore
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -81,6 +82,22 @@ class AgentParts:
         return int(self._agent._worker_group.master_port)
 
     @property
+    def world_store_address(self) -> tuple[str, int]:
+        """Where the workers' process group of every soft world meets: the rendezvous store's own
+        server (the ``rdzv_endpoint`` pod's), found under the round's prefix store; torch's
+        ``master_addr:master_port`` where it is no ``TCPStore``. torch 2.13 serves its workers' shared
+        store from the first round's rank-0 pod, a second pod the job could not lose; here the pod
+        that holds the soft world's log is the only one."""
+        store = self._agent._worker_group.store
+        for _ in range(8):  # prefix stores over prefix stores, down to the server's client
+            if isinstance(store, TCPStore):
+                return str(store.host), int(store.port)
+            store = getattr(store, "underlying_store", None)
+            if store is None:
+                break
+        return self.master_addr, self.master_port
+
+    @property
     def shares_rendezvous_store(self) -> bool:
         """Whether workers reach the rendezvous' TCPStore at ``master_addr:master_port`` (torch's default;
         ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` turns it off)."""
@@ -105,6 +122,20 @@ class AgentParts:
     def ranks(self) -> dict[int, tuple[int, int]]:
         """Local rank -> (global rank, world size), as torch's worker group has them now."""
         return {w.local_rank: (w.global_rank, w.world_size) for w in self._agent._worker_group.workers}
+
+    def finished_without_results(self) -> RunResult:
+        """What a node returns whose workers were stopped because the training ended elsewhere.
+
+        Its workers hold no rank of the final world: they get ranks below 0 (-1, -2, ...), each with
+        no return value. torch's agent records an event per worker of a succeeded run and refuses one
+        with neither a failure nor a return value (``ValueError: Unknown worker``); and kfpytorch
+        returns rank 0's value as the task's output, which this node must not claim (it then ignores
+        its outputs, as every node but rank 0's does).
+        """
+        workers = self._agent._worker_group.workers
+        for worker in workers:
+            worker.global_rank = worker.role_rank = -1 - worker.local_rank
+        return RunResult(state=WorkerState.SUCCEEDED, return_values=dict.fromkeys(w.global_rank for w in workers))
 
     def set_ranks(self, first_global_rank: int, world_size: int) -> None:
         """Give this node's workers consecutive global ranks from ``first_global_rank`` in ``world_size``."""
@@ -144,11 +175,6 @@ class AgentParts:
     def child_failed_error(self, result: RunResult) -> ChildFailedError:
         """What torch's launcher raises for a failed ``result``."""
         return ChildFailedError(self._agent._worker_group.spec.get_entrypoint_name(), result.failures)
-
-
-def finished_without_results() -> RunResult:
-    """What a node returns whose workers were stopped because the training ended elsewhere."""
-    return RunResult(state=WorkerState.SUCCEEDED, return_values={})
 
 
 def is_succeeded(result: RunResult) -> bool:

@@ -11,8 +11,14 @@ function, where failing is clear, and also without an agent (tests, ``pyflyte ru
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+from rootcause_engine.upstream.patching import wrap_attribute
 from rootcause_engine.upstream.versions import Symbol, require
 
 _C10D = "torch.distributed.distributed_c10d"
@@ -32,6 +38,10 @@ SYMBOLS: tuple[Symbol, ...] = (
         "torch._C._distributed_c10d",
         "_dump_fr_trace",
         "calls in a worker whose peers timed out, for the collectives it entered (Flight Recorder)",
+    ),
+    *(
+        Symbol("torch", _C10D, name, "wraps in each worker, for the peer a point-to-point call waits for")
+        for name in ("send", "recv")
     ),
 )
 
@@ -75,24 +85,39 @@ def set_default_collective_timeout(seconds: float) -> None:
 
 
 def flight_recorder_entries() -> list[dict[str, object]] | None:
-    """This process's Flight Recorder entries (oldest first), ``None`` where torch cannot give them.
+    """This process's Flight Recorder entries (each recorder's oldest first), ``None`` where torch cannot give them.
 
     torch records every collective a process group of this process *enters* (gloo and NCCL alike in
-    torch 2.13) when ``TORCH_FR_BUFFER_SIZE`` was set before the group was made; the dump is the
-    pickle torch's ``fr_trace`` analyzer reads. Each entry has ``pg_id``, ``collective_seq_id``,
+    torch 2.13) when ``TORCH_FR_BUFFER_SIZE`` was set before the group was made (CUDA builds record
+    NCCL's by default); the dump is the pickle torch's ``fr_trace`` analyzer reads. A CUDA build
+    keeps NCCL's recorder apart: ``_dump_fr_trace`` returns none of its entries, its own
+    ``_dump_nccl_trace`` (absent from CPU builds, so not a required symbol) returns them; both are read.
+    Each entry has ``pg_id``, ``collective_seq_id``,
     ``profiling_name`` (e.g. ``gloo:all_reduce``) and ``time_created_ns``. Never raises: it runs on
     a failure path and in a signal handler.
     """
+    import pickle
+
     try:
-        import pickle
-
         from torch._C import _distributed_c10d
-
-        dump = pickle.loads(_distributed_c10d._dump_fr_trace(True, False, False))
-        entries = dump.get("entries", []) if isinstance(dump, dict) else []
-        return [entry for entry in entries if isinstance(entry, dict)]
     except Exception:
         return None
+    entries: list[dict[str, object]] = []
+    answered = False
+    # the recorder of gloo (and of every backend, where torch has one for all) and NCCL's own, which
+    # torch keeps apart in CUDA builds and dumps with its own call
+    for dump_name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        dump_call = getattr(_distributed_c10d, dump_name, None)
+        if dump_call is None:
+            continue
+        try:
+            dump = pickle.loads(dump_call(True, False, False))
+        except Exception:
+            continue
+        answered = True
+        found = dump.get("entries", []) if isinstance(dump, dict) else []
+        entries.extend(entry for entry in found if isinstance(entry, dict))
+    return entries if answered else None
 
 
 def abort_process_groups() -> None:
@@ -102,3 +127,74 @@ def abort_process_groups() -> None:
     import torch.distributed.distributed_c10d as c10d
 
     c10d._abort_process_group()
+
+
+#: torch.distributed's blocking point-to-point calls: name -> (its peer argument, that argument's
+#: group-rank form). Their non-blocking forms (isend, irecv, ``batch_isend_irecv``) are left alone:
+#: torch compares those by identity (``P2POp``, ``batch_isend_irecv``), so a wrapped one would break
+#: a caller that bound the original before the wrap.
+POINT_TO_POINT_CALLS: dict[str, tuple[str, str]] = {"send": ("dst", "group_dst"), "recv": ("src", "group_src")}
+#: Marks a call this module already wraps (installing twice must not wrap twice).
+_OBSERVED = "__rootcause_point_to_point__"
+
+#: Called as a point-to-point call starts: (operation, the peer's global rank if known, the process
+#: group's name); returns what to call when the call returned.
+PointToPointObserver = Callable[[str, "int | None", str], Callable[[], None]]
+
+
+def observe_point_to_point(observer: PointToPointObserver) -> None:
+    """Have every later ``torch.distributed`` send and recv of this process tell ``observer`` when
+    it starts and when it returns, under both names a caller reaches them by
+    (``torch.distributed.send`` and ``distributed_c10d.send``). For good: a worker process lives as
+    long as the observation is wanted.
+
+    Why: gloo's Flight Recorder records no point-to-point call, so a rank that times out in a recv
+    could not otherwise say whom it waited for. Any error of the observer's is swallowed so that the
+    user's call always runs. A name bound before this ran (``from torch.distributed import send``)
+    keeps the unobserved function.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    for name, (peer_argument, group_peer_argument) in POINT_TO_POINT_CALLS.items():
+        original = getattr(distributed_c10d, name)
+        if getattr(original, _OBSERVED, False):
+            continue
+        wrapper = _observed_call(name, original, peer_argument, group_peer_argument, observer)
+        for module in (distributed_c10d, dist):
+            if getattr(module, name, None) is original:
+                wrap_attribute(module, name, lambda _original, wrapper=wrapper: wrapper)
+
+
+def _observed_call(
+    name: str,
+    original: Callable[..., Any],
+    peer_argument: str,
+    group_peer_argument: str,
+    observer: PointToPointObserver,
+) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        returned: Callable[[], None] | None = None
+        try:
+            bound = signature.bind(*args, **kwargs)
+            group = bound.arguments.get("group")
+            peer = bound.arguments.get(peer_argument)
+            if peer is None and bound.arguments.get(group_peer_argument) is not None and group is not None:
+                from torch.distributed import distributed_c10d
+
+                peer = distributed_c10d.get_global_rank(group, bound.arguments[group_peer_argument])
+            group_name = str(getattr(group, "group_name", "0")) if group is not None else "0"
+            returned = observer(name, peer if isinstance(peer, int) else None, group_name)
+        except Exception:
+            returned = None
+        result = original(*args, **kwargs)
+        if returned is not None:
+            with contextlib.suppress(Exception):
+                returned()
+        return result
+
+    setattr(observed, _OBSERVED, True)
+    return observed

@@ -8,7 +8,8 @@ with two files next to its error file:
 - ``stacks.txt``: every thread's Python stack, written by ``faulthandler`` from the C signal
   handler itself, so it comes even when the main thread is stuck in native code holding the GIL;
 - ``collectives.json``: the last collective this rank entered per process group (from torch's
-  Flight Recorder, :mod:`rootcause_core.collectives`), written by a Python handler, so only when
+  Flight Recorder, :mod:`rootcause_core.collectives`) and its open point-to-point calls
+  (:mod:`.point_to_point`), written by a Python handler, so only when
   the interpreter gets to run it (a rank blocked inside a collective answers after it returns; the
   agent does not wait for that: such a rank's stack already says where it is).
 
@@ -31,6 +32,7 @@ from typing import IO, Any
 from rootcause_core.collectives import positions_from_entries
 from rootcause_engine.upstream.torch_worker import flight_recorder_entries
 from rootcause_engine.worker.complete_files import write_complete
+from rootcause_engine.worker.point_to_point import open_point_to_point_calls
 
 #: The signal the agent sends to ask for the probe files (SIGUSR2: free in torch and flytekit).
 PROBE_SIGNAL = signal.SIGUSR2
@@ -52,9 +54,11 @@ def probe_paths(error_dir: str) -> tuple[str, str, str]:
 
 
 def collective_positions_json() -> list[dict[str, Any]]:
-    """This process's last collective per process group, as written into its error file too."""
+    """This process's last collective per process group and its open point-to-point calls (each
+    naming its peer), as written into its error file too."""
     entries = flight_recorder_entries()
-    return [position.to_json() for position in positions_from_entries(entries or [])]
+    positions = [*positions_from_entries(entries or []), *open_point_to_point_calls()]
+    return [position.to_json() for position in positions]
 
 
 def _write_collectives(path: str) -> None:

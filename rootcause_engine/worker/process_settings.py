@@ -31,6 +31,7 @@ from rootcause_engine.upstream.torch_worker import (
     worker_error_file,
 )
 from rootcause_engine.worker.hang_probe import install_hang_probe
+from rootcause_engine.worker.point_to_point import record_point_to_point
 
 #: Seconds without a heartbeat from NCCL's watchdog thread before its monitor aborts the process.
 NCCL_HEARTBEAT_TIMEOUT_VAR = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
@@ -122,6 +123,7 @@ class WorkerProcessSettings:
             set_default_collective_timeout(self.collective_timeout_s)
         if self.hang_probe:
             install_hang_probe(worker_error_file())
+            record_point_to_point()
         if os.environ.get(PYTHONUNBUFFERED_VAR):
             _line_buffer_stdio()
 

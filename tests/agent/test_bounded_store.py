@@ -20,6 +20,7 @@ import pytest
 from torch.distributed import TCPStore
 
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
+from testbed.processes import stop_process
 
 SERVER = (
     "import sys, time, datetime, torch.distributed as d\n"
@@ -53,7 +54,7 @@ def test_a_frozen_store_host_costs_one_deadline_then_nothing_and_a_resumed_one_a
     store = BoundedStore(_client(port), timeout_s=1.0)
     store.call("set", "k", "1")
     assert store.call("get", "k") == b"1"
-    os.kill(process.pid, signal.SIGSTOP)
+    stop_process(process.pid)  # and wait until it has: a busy machine delivers SIGSTOP late
     started = time.monotonic()
     with pytest.raises(StoreUnresponsive, match="did not answer a add within 1 s"):
         store.call("add", "n", 1)

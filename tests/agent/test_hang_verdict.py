@@ -165,3 +165,94 @@ def test_a_pod_told_of_a_stalled_initialisation_names_its_rank_the_peers_waited_
                                 launched=LaunchedWorker(0, 0, 1, 1, 100, "/tmp/0/error.json"))
     (root,) = rank_failures([alone], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(stall,))
     assert (root.global_rank, root.role, root.timestamp_ns) == (1, Role.CANDIDATE, 1_000_000_000)
+
+
+#: A ring of blocking send/recv (gloo's Flight Recorder numbers none of them); rank 2 hung before it sent.
+IN_RECV = (
+    'Current thread 0x1 (most recent call first):\n'
+    '  File "/venv/torch/distributed/distributed_c10d.py", line 2790 in recv\n'
+    '  File "/app/train.py", line 14 in step\n'
+)
+LAST_BARRIER = CollectivePosition("0", 2, "gloo:barrier", 300)
+
+
+def _recv_from(peer: int, at: int) -> CollectivePosition:
+    return CollectivePosition("0", 7, "recv", at, (peer,))
+
+
+def test_point_to_point_timeouts_in_a_ring_together_name_the_peers_they_waited_for() -> None:
+    neighbour = _recorded(GLOO_TIMEOUT, (LAST_BARRIER, _recv_from(2, 1_000)))
+    further = _recorded(GLOO_TIMEOUT, (LAST_BARRIER, _recv_from(3, 1_100)))
+    stalled = stalled_collective([neighbour, further])
+    assert stalled is not None and stalled.is_point_to_point and stalled.awaited == (2, 3)
+    assert stalled.describe() == "a point-to-point recv with rank 2, 3 in process group 0"
+    # a peer pod's announced recv stall joins this pod's
+    assert stalled_collective([further], announced=(_recv_from(2, 1_000),)).awaited == (2, 3)
+
+
+def test_a_named_peer_outside_torch_distributed_hung_and_one_waiting_for_its_own_peer_did_not() -> None:
+    stalled = CollectivePosition("0", 7, "recv", 1_000, (2, 3))
+    verdict = hang_verdict(_probe(SLEEPING, (LAST_BARRIER,)), stalled, 2)
+    assert verdict is not None and verdict.named and verdict.last_progress_ns == LAST_BARRIER.entered_ns
+    assert "its peers waited for it there" in verdict.message()
+    # rank 3 waits in its own recv (for rank 2): a victim; its last collective is the same barrier
+    assert hang_verdict(_probe(IN_RECV, (LAST_BARRIER, _recv_from(2, 1_000))), stalled, 3) is None
+    # a rank nobody waited for is not accused, wherever it is; nor a named one that never answered
+    assert hang_verdict(_probe(SLEEPING, (LAST_BARRIER,)), stalled, 5) is None
+    assert hang_verdict(None, stalled, 2) is None
+
+
+def test_in_a_pod_the_rank_its_neighbour_waited_for_is_the_root_cause() -> None:
+    timed_out = _evidence(0, recorded=_recorded(GLOO_TIMEOUT, (LAST_BARRIER, _recv_from(1, 1_000))),
+                          exit_ns=5_200, signal=None)
+    hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, (LAST_BARRIER,)))
+    root, victim = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    assert (root.global_rank, root.role, root.timestamp_ns) == (1, Role.CANDIDATE, LAST_BARRIER.entered_ns)
+    assert root.message.startswith("hung: it never entered a point-to-point recv with rank 1")
+    assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
+
+
+class _LatePeers:
+    """Peer pods whose collective timeout is announced only after this pod's victims failed."""
+
+    def __init__(self, stall: CollectivePosition) -> None:
+        self.stall, self.waits = stall, []
+
+    def announce_failure(self, stalled: CollectivePosition | None) -> None:
+        pass
+
+    def announced_stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]:
+        self.waits.append(wait_s)
+        return (self.stall,) if wait_s > 0 else ()
+
+    def lost_peers(self) -> tuple:
+        return ()
+
+    def members(self) -> tuple:
+        return ()
+
+    def leave(self) -> None:
+        pass
+
+
+CLOSED = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9123"
+
+
+def test_a_pod_of_victims_waits_for_the_peer_s_stall_that_names_its_live_worker_hung() -> None:
+    """gloo closes the pairs of a collective that timed out: the hung rank's neighbour sees
+    "connection closed" before the rank that timed out announces where. The pod waits for that word."""
+    from rootcause_engine.agent.diagnosis.pipeline import diagnose
+    from rootcause_engine.agent.launch_record import LaunchRecord
+
+    closed = _evidence(0, recorded=_recorded(CLOSED, (LAST_BARRIER,), at=4_000), exit_ns=4_100, signal=None)
+    hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, (LAST_BARRIER,)))
+    stall = CollectivePosition("0", 3, "gloo:broadcast", 2_000)
+    peers = _LatePeers(stall)
+    diagnosis = diagnose(LaunchRecord(0, (closed, hung), teardown_ns=TEARDOWN_NS), peers=peers)
+    assert diagnosis is not None and peers.waits[-1] > 0
+    assert (diagnosis.failures[0].global_rank, diagnosis.failures[0].role) == (1, Role.CANDIDATE)
+    # a live worker waiting in a collective of its own gives no reason to wait: victims it is
+    in_collective = dataclasses.replace(hung, probe=_probe(IN_ALL_REDUCE, None))
+    peers = _LatePeers(stall)
+    diagnosis = diagnose(LaunchRecord(0, (closed, in_collective), teardown_ns=TEARDOWN_NS), peers=peers)
+    assert diagnosis is not None and peers.waits == [0.0] and diagnosis.failures[0].role == Role.VICTIM

@@ -136,6 +136,18 @@ def test_a_member_that_publishes_late_is_learned_long_before_the_next_heartbeat(
         slow.stop()
 
 
+def test_a_member_that_never_publishes_keeps_only_itself_unknown(server_port: int) -> None:
+    """Entries are read in chunks, one call each; a chunk with an entry missing at two looks is
+    split, so the pod lost before it published hides no other member."""
+    watches = [watch(f"train-worker-{rank}", client(server_port), rank, 6) for rank in (0, 1, 2, 4, 5)]
+    try:
+        for peers in watches:
+            assert [m.group_rank for m in wait_for_members(peers, 5)] == [0, 1, 2, 4, 5]
+    finally:
+        for peers in watches:
+            peers.stop()
+
+
 def test_a_pod_alone_starts_no_thread_and_knows_itself(server_port: int) -> None:
     import threading
 
@@ -185,6 +197,39 @@ def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_
         init = CollectivePosition("0", 0, INIT_OP, 99, (1,))
         pods[1].announce_failure(init)
         assert pods[0].announced_stalls() == (init, stalled)
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
+def test_a_pod_may_wait_for_a_stall_a_peer_announces_later(server_port: int) -> None:
+    """A pod that saw only victims may wait for a peer's stall (its timeout can come later than the
+    victims' errors: gloo closes a pair that timed out); the wait ends with the stall."""
+    pods = [watch(f"w{r}", client(server_port), r, 3) for r in range(3)]
+    try:
+        stalled = CollectivePosition("0", 7, "recv", 456, (0,))
+        later = threading.Timer(0.3, lambda: pods[2].announce_failure(stalled))
+        later.start()
+        assert pods[0].announced_stalls() == ()  # not yet
+        assert pods[0].announced_stalls(wait_s=60) == (stalled,)
+        later.join()
+    finally:
+        for pod in pods:
+            pod.stop()
+
+
+def test_the_wait_for_a_stall_ends_once_every_peer_announced_its_failure(server_port: int) -> None:
+    """Every pod announced its failure and none a stall: nothing more can come, so no wait."""
+    pods = [watch(f"w{r}", client(server_port), r, 3) for r in range(3)]
+    try:
+        for pod in pods:
+            pod.announce_failure()
+        # with no stall announced and every pod failed, nothing more can come: an hour is not waited
+        done = threading.Event()
+        result: list[tuple[CollectivePosition, ...]] = []
+        thread = threading.Thread(target=lambda: (result.append(pods[0].announced_stalls(wait_s=3600)), done.set()))
+        thread.start()
+        assert done.wait(60) and result == [()]
     finally:
         for pod in pods:
             pod.stop()

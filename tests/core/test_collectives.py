@@ -99,3 +99,19 @@ def test_the_rank_awaited_in_a_stalled_initialisation_never_entered_it_and_the_o
     assert entered(stall, [], 2) is False
     assert entered(stall, [], 1) is None  # its stacks must tell
     assert entered(stall, [CollectivePosition("0", 1)], 1) is True  # past the initialisation
+
+
+def test_point_to_point_positions_are_no_collectives_of_their_group() -> None:
+    from rootcause_core.collectives import CollectivePosition, entered, last_in_group, merged_stall
+
+    barrier = CollectivePosition("0", 2, "gloo:barrier", 300)
+    recv = CollectivePosition("0", 9, "recv", 1_000, (4,))
+    assert recv.is_point_to_point and not barrier.is_point_to_point
+    assert last_in_group([barrier, recv], "0") == barrier
+    assert CollectivePosition.from_json(recv.to_json()) == recv
+    # a point-to-point stall is entered by no rank but the peers it waited for, and says nothing of others
+    assert entered(recv, [barrier], 4) is False and entered(recv, [barrier], 1) is None
+    # a collective that stalled later wins over an earlier point-to-point stall, and keeps its own awaited
+    later = CollectivePosition("0", 3, "gloo:all_reduce", 2_000)
+    assert merged_stall([recv, later]) == later
+    assert merged_stall([]) is None

@@ -10,6 +10,9 @@ still runs spawned). The training loop, the fault injection and the pods are the
 
 from __future__ import annotations
 
+import os
+import time
+
 from flytekit import task
 
 from flytekitplugins_rootcause.config import ElasticRootCause
@@ -57,3 +60,13 @@ def forked_train_2x2_short_init(steps: int = 8) -> float:
 @task(task_config=ElasticRootCause(nnodes=3, nproc_per_node=1, start_method=START_METHOD))
 def forked_train_3x1_short_init(steps: int = 8) -> float:
     return run_training(steps, SHORT_INIT_TIMEOUT_S, SHORT_INIT_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=1, start_method=START_METHOD))
+def forked_train_2x1_rank0_saves(steps: int = 8, save_s: float = 8.0) -> float:
+    """Rank 0 writes a final checkpoint (``save_s``) after training; the other pod waits for it in
+    torch's exit barrier, longer than ``lost_after_s``."""
+    loss = run_training(steps)
+    if int(os.environ["RANK"]) == 0:
+        time.sleep(save_s)
+    return loss

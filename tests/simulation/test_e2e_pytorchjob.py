@@ -32,6 +32,7 @@ from flytekitplugins_rootcause.simulation.faults import (
     BEFORE_INIT,
     NOT_STORE_HOST_POD,
     STORE_HOST_POD,
+    Communication,
     Fault,
     FaultKind,
 )
@@ -41,6 +42,7 @@ from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
 from tests.elastic_tasks.forked_training import (
     forked_train_2x1,
+    forked_train_2x1_rank0_saves,
     forked_train_2x2,
     forked_train_2x2_short_init,
     forked_train_2x2_short_timeout,
@@ -220,6 +222,41 @@ def test_a_rank_that_hangs_is_named_with_its_stack_by_both_readers(
     result = _run(StoreAccess(file_store.root), Fault(FaultKind.HANG, pod=pod, local_rank=nproc_per_node - 1),
                   tmp_path, task, nnodes, nproc_per_node)
     _assert_hung_rank_named(result, nnodes, "never entered all_reduce #")
+
+
+def test_a_pod_waiting_for_a_slower_one_in_the_exit_barrier_is_not_taken_for_lost(
+    file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """Rank 0 saves a checkpoint for 8 s after training; the other pod waits in torch's exit barrier,
+    whose store wait holds the client the heartbeat shares. It says it is done as it enters the
+    barrier, so its silence is no lost pod, and the job succeeds."""
+    spec = JobSpec(task=forked_train_2x1_rank0_saves, nnodes=2, nproc_per_node=1, store=StoreAccess(file_store.root))
+    result = run_job(spec, work_dir=tmp_path)
+    logs = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out and all(pod.returncode == 0 for pod in result.pods), logs
+    assert not any("declaring it lost" in pod.log_path.read_text(errors="replace") for pod in result.pods), logs
+    read = RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all()
+    assert not read.failures, logs
+
+
+@pytest.mark.parametrize(
+    ("communication", "never_entered"),
+    [
+        (Communication.SEND_RECV, "never entered a point-to-point "),
+        (Communication.BROADCAST_RECEIVER, "never entered broadcast #"),
+    ],
+    ids=["ring-of-send-recv", "broadcast-receiver"],
+)
+def test_a_rank_that_hangs_outside_an_all_reduce_is_named_by_both_readers(
+    communication: Communication, never_entered: str, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """The step exchanges by a ring of blocking send/recv (gloo's Flight Recorder records none: the
+    neighbour that times out names the peer it waited for), or by a broadcast from a rank of the
+    other pod (its root times out on its sends while the other receivers go on): the rank that
+    sleeps is the root cause either way."""
+    fault = Fault(FaultKind.HANG, pod="train-worker-1", local_rank=1, communication=str(communication))
+    result = _run(StoreAccess(file_store.root), fault, tmp_path, forked_train_2x2_short_timeout, 2, 2)
+    _assert_hung_rank_named(result, 2, never_entered)
 
 
 @pytest.mark.parametrize(

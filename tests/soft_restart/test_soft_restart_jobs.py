@@ -17,13 +17,16 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
+from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.soft_training import (
     hard_train_2x2,
     read_worker_logs,
     soft_train_2x1_short_timeout,
     soft_train_2x2,
+    soft_train_2x2_spawned,
     soft_train_3x1,
+    soft_train_3x1_spawned,
 )
 from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
@@ -89,6 +92,50 @@ def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
             sizes = [e["world_size"] for e in processes[0] if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
     assert all(pod.returncode == 0 for pod in result.pods), logs
+    assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
+
+
+def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(file_store: ObjectStore,
+                                                                         tmp_path: Path) -> None:
+    """Spawned workers (kfpytorch's default). The restarted pod's workers load their model for 8 s;
+    the survivors finish the last 20 steps (3 s) first. The restarted pod stops its workers and
+    succeeds without claiming the task's output (torch's agent once refused its run with
+    "ValueError: Unknown worker"); the survivors' rank 0 returns the result."""
+    result = _run(file_store, tmp_path, soft_train_2x2_spawned, 2, 2, fail_pod="train-worker-1",
+                  fail_local_rank=1, fail_step=4, init_s=8.0)
+    logs = f"pod logs in {result.sim_dir}"
+    assert all(pod.returncode == 0 for pod in result.pods), logs
+    assert _output(file_store, result) == pytest.approx(EXPECTED), logs
+    workers = read_worker_logs(result.sim_dir)
+    for (pod, _), processes in workers.items():
+        if pod == "train-worker-0":  # survivors: one process each, every step once, to the end
+            assert len(processes) == 1 and _steps(processes[0]) == list(range(1, STEPS + 1)), logs
+    assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
+
+
+@pytest.mark.parametrize("kind", ["vanish", "freeze"])
+def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
+    kind: str, file_store: ObjectStore, tmp_path: Path
+) -> None:
+    """3 pods x 1 spawned worker, ``nnodes="2:3"``: a pod that does not host the store is lost at step
+    4, every process of it SIGKILLed (its peers' all-reduce raises at once) or SIGSTOPped (a frozen
+    node: its sockets stay open and the all-reduce just waits). The peer watch declares it lost, the
+    survivors scale down to 2 pods (a frozen peer's collective is left at the agent's PAUSED) and
+    finish, each in its one process, every step once."""
+    result = _run(file_store, tmp_path, soft_train_3x1_spawned, 3, 1, fail_pod=NOT_STORE_HOST_POD,
+                  fail_local_rank=0, fail_step=4, fail_kind=kind)
+    logs = f"pod logs in {result.sim_dir}"
+    lost = result.injected_worker
+    survivors = [pod for pod in result.pods if pod.name != lost]
+    assert lost is not None and len(survivors) == 2, logs
+    assert all(pod.returncode == 0 for pod in survivors), logs
+    assert _output(file_store, result) == pytest.approx(EXPECTED), logs
+    workers = read_worker_logs(result.sim_dir)
+    for pod in survivors:
+        (process,) = workers[(pod.name, 0)]
+        assert _steps(process) == list(range(1, STEPS + 1)), logs
+        assert _changes(process) == [None, "SCALE_DOWN"], logs
+        assert [e["world_size"] for e in process if e["event"] == "world"] == [3, 2], logs
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
 
 

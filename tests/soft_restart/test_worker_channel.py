@@ -30,14 +30,6 @@ def _healthy(version: int, change: WorldChangeEvent | None = None) -> WorkerEven
     return WorkerEvent(time.time(), WorkerState.HEALTHY, change, _info(version))
 
 
-@pytest.fixture
-def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerChannel:
-    monkeypatch.setenv(EVENTS_DIR_VARIABLE, str(tmp_path))
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    monkeypatch.setattr(soft_restart, "_channel", None)
-    return WorkerChannel(str(tmp_path))
-
-
 def test_events_travel_in_order_and_a_line_being_written_is_left_for_later(tmp_path: Path) -> None:
     channel = WorkerChannel(str(tmp_path))
     channel.start_fresh(0, WorkerEvent(1.0, WorkerState.PAUSED))

@@ -359,6 +359,20 @@ def _dump_fr_trace(_: Any) -> None:
     assert done.stdout.split() == FLIGHT_RECORDER_EXPECTED
 
 
+def _point_to_point(_: Any) -> None:
+    # the wrapper binds the caller's arguments to these names to find the peer (a global rank, or the
+    # group-rank form with its group); torch.distributed re-exports the same function objects
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    from rootcause_engine.upstream.torch_worker import POINT_TO_POINT_CALLS
+
+    for name, (peer, group_peer) in POINT_TO_POINT_CALLS.items():
+        call = getattr(distributed_c10d, name)
+        assert getattr(dist, name) is call
+        assert parameter_names(call)[:3] == ["tensor", peer, "group"] and group_peer in parameter_names(call)
+
+
 def _log_handlers(_: Any) -> None:
     import torch  # noqa: F401  (sets up torch's own log handlers)
 
@@ -570,6 +584,8 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     "torch.distributed.distributed_c10d.default_pg_nccl_timeout": _default_pg_nccl_timeout,
     "torch._logging._internal.handlers": _log_handlers,
     "torch._C._distributed_c10d._dump_fr_trace": _dump_fr_trace,
+    "torch.distributed.distributed_c10d.send": _point_to_point,
+    "torch.distributed.distributed_c10d.recv": _point_to_point,
     f"{ENTRYPOINT}.execute_task_cmd": _execute_task_cmd,
     f"{ENTRYPOINT}._dispatch_execute": _dispatch_execute,
     f"{ENTRYPOINT}._build_error_file_name": _build_error_file_name,

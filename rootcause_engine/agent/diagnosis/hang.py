@@ -22,6 +22,11 @@ is hung whatever its stacks show (it may be stuck in native code, or inside
 other rank is judged by its stacks against such a stall: one outside ``torch.distributed`` may be
 waiting on purpose (a soft restart's paused worker waits there for its next world).
 
+A point-to-point call that timed out (a recv or send: the Flight Recorder numbers none under gloo)
+names the peer it waited for (``rootcause_core.collectives.merged_stall``). A named rank is hung
+when its stacks show it outside any ``torch.distributed`` call: in a ring of sends and receives a
+named rank may itself be waiting for its own neighbour, and that one is a victim.
+
 Pure: the inputs come from ``launch_record.WorkerRecord``.
 """
 
@@ -36,6 +41,7 @@ from rootcause_core.collectives import (
     init_stall,
     is_collective_timeout,
     last_in_group,
+    merged_stall,
     timed_out_in,
 )
 from rootcause_engine.agent.worker_probe import ProbeAnswer
@@ -56,7 +62,9 @@ class HangVerdict:
     named: bool = False  # its peers named it: they waited for its store key in the stalled initialisation
 
     def message(self) -> str:
-        if self.named:
+        if self.named and self.stalled.is_point_to_point:
+            where = "its peers waited for it there; its stacks show it outside any torch.distributed call"
+        elif self.named:
             where = "its peers waited for its key in the rendezvous store"
         elif self.last is not None:
             where = f"its last was {self.last.describe()}"
@@ -89,7 +97,7 @@ def stalled_collective(
         if error is not None and is_collective_timeout(error.message)
         if (position := _stall_of(error)) is not None
     ]
-    return timed_out_in([*local, *announced])
+    return merged_stall([*local, *announced])
 
 
 def _stall_of(error: RecordedError) -> CollectivePosition | None:
@@ -105,10 +113,13 @@ def hang_verdict(
     if stalled is None:
         return None
     named = rank in stalled.awaited
-    if not named and (probe is None or stalled.is_init):
-        # a stalled initialisation accuses only the ranks its peers named: another rank outside
-        # torch.distributed may be waiting on purpose (a soft restart's paused worker waits for its world)
+    if not named and (probe is None or stalled.is_init or stalled.is_point_to_point):
+        # a stalled initialisation or point-to-point call accuses only the ranks its peers named: another
+        # rank outside torch.distributed may be waiting on purpose (a soft restart's paused worker waits
+        # for its world), or not be the peer anyone waited for
         return None
+    if stalled.is_point_to_point and (probe is None or probe.in_collective):
+        return None  # a named peer waiting in a call of its own waits for its own peer (or never answered)
     collectives = (probe.collectives or ()) if probe is not None else ()
     known = entered(stalled, collectives, rank)
     in_collective = probe is not None and probe.in_collective

@@ -54,13 +54,19 @@ class PeerTestimony(Protocol):
 
     def announce_failure(self, stalled: CollectivePosition | None) -> None: ...
 
-    def announced_stalls(self) -> tuple[CollectivePosition, ...]: ...
+    def announced_stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]: ...
 
     def lost_peers(self) -> tuple[LostPeer, ...]: ...
 
     def members(self) -> tuple[Member, ...]: ...
 
     def leave(self) -> None: ...
+
+
+#: How long a pod that saw only victims, with a worker alive outside any collective, waits for a peer
+#: to announce the collective it timed out in (the peer's timeout can come after this pod's victims'
+#: errors: gloo closes a pair that timed out). Ends early once every peer has announced its failure.
+STALL_ANNOUNCEMENT_WAIT_S = 2.0
 
 
 #: One soft-restart row for the Deck: (time ns, node, what happened, reason).
@@ -154,17 +160,36 @@ def diagnose(
     job goes on without this pod's word (a soft restart heals it). ``notes``: what the road adds to
     the report, after the root cause and before the agent's timeline.
     """
+    local_stall = stalled_collective(worker.recorded for worker in record.workers)
     if peers is not None:
-        peers.announce_failure(stalled_collective(worker.recorded for worker in record.workers))
-    failures = rank_failures(
-        record.workers,
-        teardown_ns=record.teardown_ns,
-        worker=current_worker_name(),
-        host=socket.gethostname(),
-        announced_stalls=peers.announced_stalls() if peers is not None else (),
-    )
+        peers.announce_failure(local_stall)
+    announced = peers.announced_stalls() if peers is not None else ()
+
+    def ranked(stalls: tuple[CollectivePosition, ...]) -> list[WorkerFailure]:
+        return rank_failures(
+            record.workers,
+            teardown_ns=record.teardown_ns,
+            worker=current_worker_name(),
+            host=socket.gethostname(),
+            announced_stalls=stalls,
+        )
+
+    failures = ranked(announced)
     if not failures:
         return None
+    if (
+        peers is not None
+        and failures[0].role == Role.VICTIM
+        and local_stall is None
+        and not announced
+        and _a_live_worker_was_outside_torch_distributed(record)
+    ):
+        # Only victims here ("connection closed": a peer's timeout closed its sockets), and a worker
+        # of this pod was alive outside any collective: the peer that timed out may announce where
+        # after this pod noticed; with its stall that worker may be the hung rank.
+        announced = peers.announced_stalls(wait_s=STALL_ANNOUNCEMENT_WAIT_S)
+        if announced:
+            failures = ranked(announced)
     lost = peers.lost_peers() if peers is not None and failures[0].role == Role.VICTIM else ()
     members = peers.members() if peers is not None else ()
     if peers is not None:
@@ -177,6 +202,11 @@ def diagnose(
         lost_peers=lost,
         restarts=restarts,
     )
+
+
+def _a_live_worker_was_outside_torch_distributed(record: LaunchRecord) -> bool:
+    """Some worker answered the teardown's probe from outside any ``torch.distributed`` call."""
+    return any(worker.probe is not None and not worker.probe.in_collective for worker in record.workers)
 
 
 def agent_hung(note: str, *, peers: PeerTestimony | None = None, restarts: Sequence[RestartRow] = ()) -> Diagnosis:
