@@ -12,7 +12,7 @@ is numbered: they time out waiting for its key in the store, and the key names i
 (``rootcause_core.store_waits``). That stall is a position too (:func:`init_stall`): number 0 of
 the group, operation :data:`INIT_OP`, with the ranks the peers waited for in ``awaited``.
 
-Point-to-point calls (send, recv, and their non-blocking forms) are not collectives: the Flight
+Point-to-point calls (send, recv) are not collectives: the Flight
 Recorder numbers none of them under gloo, and a rank that waits in one waits for one peer, not for
 the group. A rank records the ones still open when it fails or is probed
 (``rootcause_engine.worker.point_to_point``) as positions of operation ``send`` or ``recv`` whose
@@ -39,7 +39,7 @@ from rootcause_core.store_waits import DEFAULT_GROUP, read_store_wait
 TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
 #: The operation of a stalled group initialisation (:func:`init_stall`).
 INIT_OP = "init_process_group"
-#: The operations of point-to-point positions (a non-blocking isend/irecv is recorded as its blocking name).
+#: The operations of point-to-point positions (the blocking calls a worker records: isend and irecv are not).
 POINT_TO_POINT_OPS: tuple[str, ...] = ("send", "recv")
 #: Awaited ranks kept from one entry at most (entries cross the store and error files: hostile input).
 _MAX_AWAITED = 64

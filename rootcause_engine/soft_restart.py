@@ -212,14 +212,13 @@ def is_peer_failure(error: BaseException, *, wait_s: float = PEER_FAILURE_WAIT_S
     """
     import torch.distributed as dist
 
-    from rootcause_core.collectives import is_collective_timeout
     from rootcause_core.roles import is_victim_message
     from rootcause_core.safe_text import exception_summary
 
     if enabled() and world_changed():
         return True
     text = exception_summary(error)  # "Type: text", even when the exception's __str__ raises
-    if isinstance(error, dist.DistError) or is_victim_message(text) or is_collective_timeout(text):
+    if isinstance(error, dist.DistError) or is_victim_message(text):  # a collective timeout included
         return True
     if not enabled():
         return False
@@ -262,42 +261,46 @@ def _abort_gloo_transport(fds: set[int]) -> None:
             continue  # closed meanwhile, or not a TCP socket
 
 
+def _leave_transport(channel: _Channel) -> None:
+    """Leave the transport of the current world's group, once per world (the caller holds
+    ``channel.lock``): a collective blocked on it raises at once, here and in the peers waiting on
+    this process. For NCCL, torch's communicator abort; for gloo, the group's connections shut down
+    (:func:`_abort_gloo_transport`)."""
+    import torch.distributed as dist
+
+    if channel.version is not None and channel.interrupted_version == channel.version:
+        return
+    channel.interrupted_version = channel.version
+    if dist.get_backend() == "nccl":
+        from rootcause_engine.upstream.torch_worker import abort_process_groups
+
+        abort_process_groups()
+    else:
+        _abort_gloo_transport(channel.transport_fds)
+
+
 def _leave_process_group(channel: _Channel) -> None:
-    """Leave the current default process group so that no peer stays blocked on this process: for
-    NCCL, torch's communicator abort; for gloo, its connections shut down (:func:`_abort_gloo_transport`)."""
+    """Leave the current default process group so that no peer stays blocked on this process."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
         return
     with channel.lock:
-        interrupted = channel.interrupted_version is not None and channel.interrupted_version == channel.version
-        if dist.get_backend() == "nccl":
-            if not interrupted:
-                from rootcause_engine.upstream.torch_worker import abort_process_groups
-
-                abort_process_groups()
-        else:
-            _abort_gloo_transport(channel.transport_fds)
+        _leave_transport(channel)
+        if dist.get_backend() != "nccl":
             dist.destroy_process_group()
         channel.transport_fds = set()
 
 
 def _interrupt_collectives(channel: _Channel) -> None:
-    """Leave the transport of the current world's group, from the world watcher's thread: a collective
-    the training thread is blocked in raises now. For a peer that froze (a lost node closes no socket)
-    it would otherwise wait out the collective timeout, never seeing the agent's PAUSED."""
+    """Leave the current world's transport from the world watcher's thread: a collective the training
+    thread is blocked in raises now. For a peer that froze (a lost node closes no socket) it would
+    otherwise wait out the collective timeout, never seeing the agent's PAUSED."""
     import torch.distributed as dist
 
     with channel.lock:
-        if channel.version is None or channel.interrupted_version == channel.version or not dist.is_initialized():
-            return
-        channel.interrupted_version = channel.version
-        if dist.get_backend() == "nccl":
-            from rootcause_engine.upstream.torch_worker import abort_process_groups
-
-            abort_process_groups()
-        else:
-            _abort_gloo_transport(channel.transport_fds)
+        if channel.version is not None and dist.is_initialized():
+            _leave_transport(channel)
 
 
 def _watch_world(channel: _Channel) -> None:

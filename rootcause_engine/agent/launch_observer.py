@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rootcause_core.collectives import is_collective_timeout
 from rootcause_core.roles import is_victim_message
 from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -158,7 +157,7 @@ class LaunchObserver:
         for worker in self.workers_of(attempt):
             recorded = read_error_file(worker.error_file) if worker.error_file else None
             if recorded is not None:
-                if is_collective_timeout(recorded.message) or is_victim_message(recorded.message):
+                if is_victim_message(recorded.message):  # a collective timeout is one too
                     return True
                 continue
             exit_ = self.watcher.exit_of(worker.pid)

@@ -134,7 +134,6 @@ class _Round:
         self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
         self.verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
         self.verdicts_seen = 0  # the verdict counter's value at this pod's last look
-        self.started = time.monotonic()
         # the watched successor: its group rank, its last heartbeat value, when that last changed
         self.watched: int | None = None
         self.watched_beat: bytes | None = None
@@ -246,7 +245,7 @@ class PeerWatch:
         if current is None:
             return ()
         with self._lock:
-            return tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
+            return _in_rank_order(current.verdicts)
 
     def announce_failure(self, stalled: CollectivePosition | None = None) -> None:
         """Tell the peers this pod's workers failed (so they do not take it for a lost pod), and in
@@ -328,7 +327,7 @@ class PeerWatch:
             return ()
         if current.verdicts:  # reached while the job was healthy: nothing left to watch for
             current.lost |= set(current.verdicts)
-            return tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
+            return _in_rank_order(current.verdicts)
         pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank}
         baseline: dict[int, bytes | None] = {}
         store_gone = False
@@ -484,7 +483,7 @@ class PeerWatch:
             current.verdicts.update(found)
             current.lost |= set(found)
         if self._on_peer_lost is not None:
-            lost = tuple(current.verdicts[rank] for rank in sorted(current.verdicts))
+            lost = _in_rank_order(current.verdicts)
             threading.Thread(
                 target=_call_logged, args=(lambda: self._on_peer_lost(lost),), name="rootcause-peer-lost",
                 daemon=True,
@@ -506,8 +505,7 @@ class PeerWatch:
         itself unknown. Every pod publishes right after the rendezvous, so one look usually reads
         everything: at a thousand pods, eight checks and eight reads per pod, once per job."""
         if not current.store_host_known:
-            present = self._call(current, "check", [_STORE_HOST_KEY])
-            value = self._call(current, "get", _STORE_HOST_KEY) if present else None
+            value, _ = self._read(current, _STORE_HOST_KEY)
             member = _parse_member(value) if isinstance(value, bytes) else None
             if member is not None:
                 current.store_host_known = True
@@ -610,6 +608,10 @@ def _heartbeat_ns(value: bytes | None) -> int | None:
     except (UnicodeDecodeError, ValueError):
         return None
     return ns if ns is not None and 0 <= ns < 2**63 else None
+
+
+def _in_rank_order(verdicts: dict[int, LostPeer]) -> tuple[LostPeer, ...]:
+    return tuple(verdicts[rank] for rank in sorted(verdicts))
 
 
 def _parse_verdict(value: bytes | None, world_size: int) -> LostPeer | None:

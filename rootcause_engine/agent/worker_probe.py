@@ -51,7 +51,7 @@ class ProbeAnswer:
     @property
     def in_collective(self) -> bool:
         """Some thread of the worker was inside a torch.distributed call when probed."""
-        return any(marker in self.stacks for marker in COLLECTIVE_FRAME_MARKERS)
+        return shows_a_collective(self.stacks)
 
 
 def _read_text(path: str) -> str:
@@ -109,9 +109,8 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
             last_size, changed = growth.get(pid, (-1, now))
             growth[pid] = (size, changed if size == last_size else now)
             quiet_s = now - growth[pid][1]
-            settled = size > 0 and (
-                quiet_s >= STACKS_SETTLED_S or (quiet_s >= IN_COLLECTIVE_SETTLED_S and _shows_a_collective(stacks))
-            )
+            in_collective = quiet_s >= IN_COLLECTIVE_SETTLED_S and shows_a_collective(_read_text(stacks))
+            settled = size > 0 and (quiet_s >= STACKS_SETTLED_S or in_collective)
             if positions is not None or settled or now >= deadline:
                 del pending[pid]
                 text = bounded_text(_read_text(stacks), MAX_WORKER_TEXT_BYTES)
@@ -122,9 +121,9 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
     return answers
 
 
-def _shows_a_collective(path: str) -> bool:
-    text = _read_text(path)
-    return any(marker in text for marker in COLLECTIVE_FRAME_MARKERS)
+def shows_a_collective(stacks: str) -> bool:
+    """Some thread of a faulthandler dump is inside a torch.distributed call."""
+    return any(marker in stacks for marker in COLLECTIVE_FRAME_MARKERS)
 
 
 def _size(path: str) -> int:

@@ -126,16 +126,15 @@ class AgentParts:
     def finished_without_results(self) -> RunResult:
         """What a node returns whose workers were stopped because the training ended elsewhere.
 
-        Its workers hold no rank of the final world: they get ranks below 0 (-1, -2, ...), each with
-        no return value. torch's agent records an event per worker of a succeeded run and refuses one
+        Its workers hold no rank of the final world: they get ranks below 0 (-n to -1), each with no
+        return value. torch's agent records an event per worker of a succeeded run and refuses one
         with neither a failure nor a return value (``ValueError: Unknown worker``); and kfpytorch
         returns rank 0's value as the task's output, which this node must not claim (it then ignores
         its outputs, as every node but rank 0's does).
         """
-        workers = self._agent._worker_group.workers
-        for worker in workers:
-            worker.global_rank = worker.role_rank = -1 - worker.local_rank
-        return RunResult(state=WorkerState.SUCCEEDED, return_values=dict.fromkeys(w.global_rank for w in workers))
+        self.set_ranks(-self.local_world_size, self.local_world_size)
+        ranks = [worker.global_rank for worker in self._agent._worker_group.workers]
+        return RunResult(state=WorkerState.SUCCEEDED, return_values=dict.fromkeys(ranks))
 
     def set_ranks(self, first_global_rank: int, world_size: int) -> None:
         """Give this node's workers consecutive global ranks from ``first_global_rank`` in ``world_size``."""
