@@ -171,6 +171,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 raise _raised(diagnosis) from None
             finally:
                 peers.finish()
+                peers.close()
 
     def _stores_kept(self) -> contextlib.AbstractContextManager[Any]:
         """Forked workers: the stores torch would serve from this agent run in keepers (see :mod:`store_keeper`).

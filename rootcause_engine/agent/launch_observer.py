@@ -312,6 +312,11 @@ class LaunchObserver:
         torch's join counts it as a success and pops its sentinel, and its monitor loop then reads
         HEALTHY for as long as any other worker lives, or forever once none does (it waits for a
         return value that never comes). The wrapper raises torch's own ``ProcessExitedException`` for it instead.
+
+        torch's join then collects only the exits this wait saw and judged: the others' sentinels
+        are hidden from it for the call and put back after. Otherwise a worker that ends between
+        this wait and torch's own (a few microseconds, longer on a busy machine) would be popped
+        by torch as a success, unseen by the wrapper, and the launch would stall.
         """
         grace = self.teardown_grace_s
         process_context = torch_elastic.joinable_process_context(pcontext)
@@ -322,6 +327,7 @@ class LaunchObserver:
         def wrap(original_join: Callable[..., bool]) -> Callable[..., bool]:
             def join(timeout: float | None = None, grace_period: float | None = None) -> bool:
                 sentinels = torch_elastic.live_sentinels(process_context)
+                unseen: dict[Any, int] = {}  # workers this wait did not see exit: hidden from torch's join
                 if sentinels:
                     ready = multiprocessing.connection.wait(list(sentinels), timeout=timeout)
                     seen_ns = time.time_ns()
@@ -343,11 +349,20 @@ class LaunchObserver:
                             process_context,
                             {s: i for s, i in sorted(sentinels.items(), key=lambda item: item[1] != first)},
                         )
+                    else:
+                        unseen = {s: i for s, i in sentinels.items() if s not in ready}
                     timeout = 0  # the wait is done; torch's join only collects what is ready
                 try:
-                    return original_join(timeout, grace if grace_period is None else grace_period)
+                    torch_elastic.set_live_sentinels(
+                        process_context, _without(torch_elastic.live_sentinels(process_context), unseen)
+                    )
+                    return original_join(timeout, grace if grace_period is None else grace_period) and not unseen
                 except (EOFError, pickle.UnpicklingError) as exc:
                     raise _unreadable_error_file(process_context, exc) from exc
+                finally:
+                    torch_elastic.set_live_sentinels(
+                        process_context, {**torch_elastic.live_sentinels(process_context), **unseen}
+                    )
 
             return join
 
@@ -390,6 +405,10 @@ class LaunchObserver:
         return time.time_ns()
 
 
+def _without(sentinels: dict[Any, int], hidden: dict[Any, int]) -> dict[Any, int]:
+    return {sentinel: index for sentinel, index in sentinels.items() if sentinel not in hidden}
+
+
 def _failed_indices(process_context: Any, indices: list[int], early_exit_fails: bool) -> list[int]:
     """The ready workers among ``indices`` that failed (reaping them).
 
@@ -430,7 +449,9 @@ def _unreadable_error_file(process_context: Any, cause: BaseException) -> Except
     process = processes[index]
     return torch_elastic.process_exited_exception(
         f"process {index:d} failed; its error file could not be read ({type(cause).__name__}: {cause})",
-        index=index, pid=process.pid, exit_code=process.exitcode or 1,
+        index=index,
+        pid=process.pid,
+        exit_code=process.exitcode or 1,
     )
 
 
@@ -440,7 +461,10 @@ def _exited_without_result(process_context: Any, index: int) -> Exception:
     torch_elastic.set_live_sentinels(process_context, {s: i for s, i in sentinels.items() if i != index})
     pid = torch_elastic.processes(process_context)[index].pid
     return torch_elastic.process_exited_exception(
-        f"process {index:d} exited with code 0 before returning its result", index=index, pid=pid, exit_code=0,
+        f"process {index:d} exited with code 0 before returning its result",
+        index=index,
+        pid=pid,
+        exit_code=0,
     )
 
 

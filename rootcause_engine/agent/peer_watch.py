@@ -193,7 +193,7 @@ class PeerWatch:
 
     def joined(self, joined: JoinedRound) -> None:
         """A rendezvous round is complete: publish this pod and start (again) the heartbeat."""
-        self.stop()
+        self.close()  # the previous round's store client is not used again
         first = min(joined.global_ranks, default=0)
         own = Member(joined.group_rank, self.worker, first, len(joined.global_ranks), self._safe_hosts_store())
         current = _Round(joined, own)
@@ -226,6 +226,17 @@ class PeerWatch:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * self.interval_s + 1)
+
+    def close(self) -> None:
+        """Stop the heartbeat and release the current round's store client (its helper thread).
+
+        Called when a new round replaces it and when the launch is over: a process that runs
+        launches one after another (tests, a notebook) would otherwise keep one idle thread per launch.
+        """
+        self.stop()
+        current = self._current()
+        if current is not None and isinstance(current.store, BoundedStore):
+            current.store.close()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -157,6 +157,23 @@ def test_a_pod_alone_starts_no_thread_and_knows_itself(server_port: int) -> None
     alone.stop()
 
 
+def test_no_store_client_thread_outlives_its_round_or_the_launch(server_port: int) -> None:
+    """A process that runs launches one after another (a notebook, a test run) keeps no idle thread per launch."""
+    before = set(threading.enumerate())
+    store = client(server_port)
+    peers = watch("w0", store, 0, 2)
+    other = watch("w1", client(server_port), 1, 2)
+    first_round = [t for t in set(threading.enumerate()) - before if t.name == "rootcause-store-client"]
+    assert len(first_round) == 2  # one per pod's round
+    peers.joined(JoinedRound(store, 0, 2, (0, 1)))  # a new round (a restart) replaces the first
+    for peer_watch in (peers, other):
+        peer_watch.finish()
+        peer_watch.close()
+    for thread in set(threading.enumerate()) - before:
+        thread.join(timeout=30)
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "rootcause-store-client"]
+
+
 def test_without_a_round_there_is_nothing_to_say() -> None:
     peers = PeerWatch("w0")
     peers.announce_failure()

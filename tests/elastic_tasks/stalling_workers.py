@@ -33,9 +33,10 @@ def _linger_ignoring_sigterm(marker_dir: str) -> int:
 
 
 @task(task_config=ElasticRootCause(start_method=START_METHOD, nnodes=1, nproc_per_node=2, teardown_grace_s=1.0))
-def rank_1_exits_0_early(marker_dir: str) -> int:
+def rank_1_exits_0_early(marker_dir: str, delay_s: float = 0.0) -> int:
     if int(os.environ["RANK"]) == 1:
         wait_for(os.path.join(marker_dir, READY_FILE))
+        time.sleep(delay_s)  # long enough for the agent to poll a running launch first
         os._exit(0)
     return _linger_ignoring_sigterm(marker_dir)
 
