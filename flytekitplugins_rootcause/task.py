@@ -133,6 +133,8 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 probe_before_teardown=self.task_config.hang_probe,
             )
             soft = self._soft_restart_session(observer, channel_dir)
+            if soft is not None:
+                soft.watch_peers = peers.joined
             watchdog = AgentWatchdog(observer, settings, error_of=root_cause_error, peers=peers) if settings else None
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 peers.when_a_peer_fails(lambda: _end_running_attempt(observer))
@@ -196,6 +198,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             end_workers=lambda: _end_running_attempt(observer),
             timeout_s=self.task_config.soft_restart_timeout_s,
             min_nodes=int(self.min_nodes),
+            max_nodes=int(self.max_nodes),
         )
 
 

@@ -102,6 +102,9 @@ class JobSpec:
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeout_s: float = 240.0
     pod_name_prefix: str = "train-worker"
+    #: a pod killed by a signal (its node lost) is created again under its name after this many
+    #: seconds, as the training operator recreates a failed pod of a PyTorchJob; ``None``: never
+    reschedule_lost_after_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +126,7 @@ class JobResult:
     fault_ns: int | None
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     timed_out: bool
+    replaced: list[PodResult] = dataclasses.field(default_factory=list)  # pods lost, then rescheduled
 
     @property
     def injected_worker(self) -> str | None:
@@ -253,10 +257,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     if spec.aggregation:
         env["FLYTE_INTERNAL_DIST_ERROR_STRATEGY"] = "earliest"
 
-    pods: list[tuple[str, subprocess.Popen[bytes], Path]] = []
-    for index in range(spec.nnodes):
-        name = pod_name(spec, index)
-        log_path = sim_dir / f"{name}.log"
+    def start_pod(name: str, log_path: Path) -> _Pod:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 args,
@@ -265,9 +266,13 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        pods.append((name, proc, log_path))
+        return name, proc, log_path
 
-    results, timed_out = _wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE)
+    pods = [start_pod(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    rescheduler = None
+    if spec.reschedule_lost_after_s is not None:
+        rescheduler = _Rescheduler(start_pod, spec.reschedule_lost_after_s)
+    results, timed_out = _wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE, rescheduler)
     fault_file = sim_dir / FAULT_TIME_FILE
     ranks_dir = sim_dir / RANKS_DIR
     placement = {}
@@ -285,25 +290,72 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
         placement=placement,
         timed_out=timed_out,
+        replaced=[] if rescheduler is None else rescheduler.replaced,
     )
 
 
+_Pod = tuple[str, "subprocess.Popen[bytes]", Path]
+
+
+class _Rescheduler:
+    """Creates a lost pod again, under its name, some seconds after it died (what the training
+    operator does for a PyTorchJob's failed pod); each pod once. Its log goes to ``<name>.rescheduled.log``."""
+
+    def __init__(self, start_pod: Any, after_s: float) -> None:
+        self.start_pod = start_pod
+        self.after_s = after_s
+        self.replaced: list[PodResult] = []
+        self._due: dict[str, float] = {}
+
+    def lost(self, result: PodResult) -> None:
+        """A pod ended; one killed by a signal (not yet rescheduled) is due again after ``after_s``."""
+        rescheduled = any(r.name == result.name for r in self.replaced)
+        if result.returncode is not None and result.returncode < 0 and not rescheduled:
+            self.replaced.append(result)
+            self._due[result.name] = time.monotonic() + self.after_s
+
+    def due(self) -> list[_Pod]:
+        """The pods whose time has come, started now."""
+        ready = [name for name, at in self._due.items() if time.monotonic() >= at]
+        started = []
+        for name in ready:
+            del self._due[name]
+            log_path = next(r.log_path for r in self.replaced if r.name == name)
+            started.append(self.start_pod(name, log_path.with_suffix(".rescheduled.log")))
+        return started
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._due)
+
+
 def _wait_for_pods(
-    pods: list[tuple[str, subprocess.Popen[bytes], Path]], timeout_s: float, frozen_file: Path
+    pods: list[_Pod], timeout_s: float, frozen_file: Path, rescheduler: _Rescheduler | None = None
 ) -> tuple[list[PodResult], bool]:
     """Wait for every pod to exit, but a frozen one (``frozen_file`` names it), which never will:
-    it is deleted once the others are done, as Kubernetes deletes the pods of a finished job."""
+    it is deleted once the others are done, as Kubernetes deletes the pods of a finished job. With a
+    ``rescheduler``, a lost pod is replaced by a new one under its name, which is waited for instead."""
     deadline = time.monotonic() + timeout_s
     exited: dict[str, PodResult] = {}
     timed_out = False
-    while len(exited) < len(pods) - (1 if frozen_file.exists() else 0):
+    lost_procs: list[subprocess.Popen[bytes]] = []
+    while len(exited) < len(pods) - (1 if frozen_file.exists() else 0) or (rescheduler and rescheduler.pending):
         for name, proc, log_path in pods:
             if name not in exited and proc.poll() is not None:
                 exited[name] = PodResult(name, proc.returncode, time.time_ns(), log_path)
+                if rescheduler is not None:
+                    rescheduler.lost(exited[name])
+        for new_pod in rescheduler.due() if rescheduler is not None else ():
+            index = next(i for i, pod in enumerate(pods) if pod[0] == new_pod[0])
+            lost_procs.append(pods[index][1])
+            pods[index] = new_pod
+            del exited[new_pod[0]]
         if time.monotonic() > deadline:
             timed_out = True
             break
         time.sleep(0.02)
+    for proc in lost_procs:
+        _kill_group(proc)
     for name, proc, log_path in pods:
         _kill_group(proc)  # the pod's workers too, whatever state they are in
         if name not in exited:

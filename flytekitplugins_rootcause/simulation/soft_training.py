@@ -80,6 +80,7 @@ FAIL_KINDS = ("raise", "vanish", "freeze")
 def run_soft_training(
     steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
     init_until_scale_down: bool = False, fail_fatal: bool = False, fail_kind: str = "raise",
+    finish_after_scale_up: bool = False,
 ) -> float:
     if fail_kind not in FAIL_KINDS:
         raise ValueError(f"fail_kind must be one of {FAIL_KINDS}, got {fail_kind!r}")
@@ -101,10 +102,17 @@ def run_soft_training(
     step, total = _agree(step, total)
     log.write("world", version=version, rank=dist.get_rank(), world_size=dist.get_world_size(), change=None,
               step=step)
+    changes: list[str] = []  # the world changes this process went through
     while step < steps:
         if soft and soft_restart.world_changed():
             info, step, total = _next_world(log, step, total)
             version = info.world_version
+            changes.append(_last_change())
+            continue
+        if finish_after_scale_up and step == steps - 1 and changes[-1:] == ["SCALE_DOWN"]:
+            # a survivor of a lost pod holds its last step until the rescheduled pod joined, so the
+            # training cannot end before the scale-up, however slowly that pod starts
+            time.sleep(0.05)
             continue
         # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step;
         # recoverable (FlyteRecoverableException) unless ``fail_fatal`` (a plain ValueError)
@@ -126,6 +134,7 @@ def run_soft_training(
                 raise
             info, step, total = _next_world(log, step, total)
             version = info.world_version
+            changes.append(_last_change())
             continue
         total += contribution / dist.get_world_size()
         step += 1
@@ -135,12 +144,16 @@ def run_soft_training(
     return float(total.mean())
 
 
+def _last_change() -> str:
+    change = soft_restart.get_worker_event().change_event
+    return "" if change is None else change.value
+
+
 def _next_world(log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart.WorkerInfo, int, torch.Tensor]:
     info = soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
-    change = soft_restart.get_worker_event().change_event
     step, total = _agree(step, total)
     log.write("world", version=info.world_version, rank=info.rank, world_size=info.world_size,
-              change=None if change is None else change.value, step=step)
+              change=_last_change() or None, step=step)
     return info, step, total
 
 
@@ -177,10 +190,11 @@ def soft_train_3x1(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, f
 @task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft"))
 def soft_train_3x1_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                            fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
-                           init_until_scale_down: bool = False, fail_kind: str = "raise") -> float:
+                           init_until_scale_down: bool = False, fail_kind: str = "raise",
+                           finish_after_scale_up: bool = False) -> float:
     """``soft_train_3x1`` with kfpytorch's default start method (spawn), as users run it."""
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
-                             init_until_scale_down, fail_kind=fail_kind)
+                             init_until_scale_down, fail_kind=fail_kind, finish_after_scale_up=finish_after_scale_up)
 
 
 @task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard",

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from torch.distributed import PrefixStore
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
@@ -40,6 +41,7 @@ from rootcause_engine.upstream.torch_agent_loop import (
     is_healthy,
     is_succeeded,
 )
+from rootcause_engine.upstream.torch_elastic import JoinedRound
 from rootcause_engine.worker.world_events import WorkerEvent, WorkerInfo, WorldChangeEvent
 from rootcause_engine.worker.world_events import WorkerState as ChannelState
 
@@ -65,6 +67,12 @@ class SoftRestartSession:
     end_workers: Callable[[], None]
     timeout_s: float
     min_nodes: int = 1
+    max_nodes: int | None = None
+    #: the peer watch starts over with a world's members (a world with a pod that joined the running
+    #: job: the first rendezvous round's peer watch does not know it)
+    watch_peers: Callable[[JoinedRound], None] | None = None
+    #: the node of each group rank of the peer watch's round (``None``: the first world, rank = node)
+    peer_nodes: tuple[int, ...] | None = None
     worlds: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
     changes: tuple[Change, ...] = ()
     fatal_elsewhere: str | None = None
@@ -73,9 +81,15 @@ class SoftRestartSession:
     lost_pending: list[LostPeer] = dataclasses.field(default_factory=list)
 
     def peers_lost(self, lost: tuple[LostPeer, ...]) -> None:
-        """The peer watch declared ``lost`` (on its own thread): the loop scales down without them."""
+        """The peer watch declared ``lost`` (on its own thread): the loop scales down without them.
+        Their group ranks become nodes (the peer watch of a later world ranks its members densely)."""
         with self.lock:
-            self.lost_pending.extend(lost)
+            nodes = self.peer_nodes
+            self.lost_pending.extend(
+                dataclasses.replace(peer, group_rank=nodes[peer.group_rank])
+                if nodes is not None and 0 <= peer.group_rank < len(nodes) else peer
+                for peer in lost
+            )
 
     def take_lost(self) -> list[LostPeer]:
         with self.lock:
@@ -93,6 +107,8 @@ _CHANGE_WORDS = {
 
 #: How long a node's workers may still run once another node's workers have all returned.
 FINISH_GRACE_S = 5.0
+#: How often a pod waiting for room in a full running job looks at its latest world.
+ROOM_POLL_INTERVAL_S = 0.2
 
 
 def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]:
@@ -140,16 +156,56 @@ class SoftRestartLoop:
 
     def __call__(self, parts: AgentParts) -> RunResult:
         self.parts = parts
+        job_store = parts.job_store
+        if job_store is not None and SoftWorld.running_job_nodes(job_store) is not None:
+            return self._join_running_job(job_store)
         parts.rendezvous()
         if not parts.shares_rendezvous_store:
             raise RuntimeError(
                 'restart_policy="soft" needs torch\'s shared rendezvous store (each new world\'s process group '
                 "meets there): unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE and use the c10d rendezvous backend"
             )
-        self.world = SoftWorld(parts.store, parts.group_rank, self.session.worker, range(parts.group_world_size),
-                               self.session.min_nodes)
+        self.world = SoftWorld(job_store if job_store is not None else parts.store, parts.group_rank,
+                               self.session.worker, range(parts.group_world_size), self.session.min_nodes)
+        self.world.announce_running()
         self._world_formed(self.world.current)
         self._start_local_workers(self._healthy_events(self.world.current, None))
+        return self._run()
+
+    def _join_running_job(self, job_store: object) -> RunResult:
+        """This pod arrives once the job runs (Kubernetes rescheduled a lost pod, or the job started
+        with fewer pods than ``nnodes``' maximum): it skips torch's rendezvous, whose round is closed,
+        takes a new node index, waits until the world has room for it, starts its workers PAUSED and
+        joins as a restarted node does (the others scale up at a step boundary)."""
+        self.world = SoftWorld.join_running(job_store, self.session.worker, self.session.min_nodes)
+        logger.warning("soft restart: the job is running (world %d, nodes %s): joining it as node %d",
+                       self.world.current.version, self.world.current.members, self.world.node)
+        self.parts.enter_running_job(self.world.node, len(self.world.current.members) + 1)
+        if self.world.job_finished():
+            logger.warning("soft restart: the training already finished: nothing to join")
+            return self.parts.finished_without_results()
+        self._wait_for_room()
+        try:
+            unhealed = self._restart_and_join()
+        except TimeoutError as exc:  # its workers never got ready, or the others never came
+            self._give_up(exc)
+            unhealed = None
+        return unhealed if unhealed is not None else self._run()
+
+    def _wait_for_room(self) -> None:
+        """Wait until the latest world has fewer nodes than ``nnodes``' maximum (a lost pod this one
+        replaces is taken out once the peer watch declares it lost)."""
+        limit = self.session.max_nodes
+        deadline = time.monotonic() + self.session.timeout_s
+        while limit is not None and len(self.world.latest_formed().members) >= limit:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"soft restart: the running job kept its maximum of {limit} nodes for "
+                                   f"{self.session.timeout_s:g} s: there is no room for {self.session.worker}")
+            time.sleep(ROOM_POLL_INTERVAL_S)
+
+    def _run(self) -> RunResult:
+        """Poll the workers and follow the job's world until this node's workers are done."""
+        parts = self.parts
         finished_seen: float | None = None
         while True:
             time.sleep(parts.monitor_interval)
@@ -182,10 +238,11 @@ class SoftRestartLoop:
                     self._give_up(exc)
 
     def _exit_barrier(self) -> None:
-        """torch's exit barrier, which waits for every node of the first world; once a node was lost
-        (it would wait its whole timeout for it), a barrier of the current world's nodes instead, so
-        the store's host still outlives the others' last use of the store."""
-        if not any(change.op == "lost" for change in self.world.current.changes):
+        """torch's exit barrier, which waits for every node of the first world; once the world is
+        another (a node lost: torch's barrier would wait its whole timeout for it; or one that joined
+        later, which torch's barrier does not count), a barrier of the current world's nodes instead,
+        so the store's host still outlives the others' last use of the store."""
+        if set(self.world.current.members) | {self.world.node} == set(self.world.initial):
             self.parts.exit_barrier()
         elif not self.world.exit_barrier(self.session.timeout_s):
             logger.warning("soft restart: not every node of world %d reached the end within %g s",
@@ -243,6 +300,11 @@ class SoftRestartLoop:
         logger.warning("soft restart: leaving the world, restarting this node's workers: %s", _summary(diagnosis))
         self.world.leave(_summary(diagnosis))
         self.parts.use_restart()
+        return self._restart_and_join()
+
+    def _restart_and_join(self) -> RunResult | None:
+        """Start this node's workers PAUSED, wait until they are ready, and join the next world; the
+        result to return if they ended first or the training finished meanwhile."""
         paused = WorkerEvent(time.time(), ChannelState.PAUSED, WorldChangeEvent.SCALE_UP)
         self._start_local_workers({local_rank: paused for local_rank in self.parts.ranks()})
         ended = self._wait_until_ready()
@@ -309,10 +371,20 @@ class SoftRestartLoop:
     def _world_formed(self, world: World) -> None:
         """Follow ``world`` in torch's worker group (ranks for return values) and in the timeline."""
         local = self.parts.local_world_size
-        self.parts.set_ranks(world.group_rank(self.world.node) * local, local * len(world.members))
+        rank = world.group_rank(self.world.node)
+        self.parts.set_ranks(rank * local, local * len(world.members))
         with self.session.lock:
             self.session.worlds.append((world.version, world.members, time.time_ns()))
             self.session.changes = world.changes
+        if self.session.watch_peers is not None and not set(world.members) <= set(self.world.initial):
+            # a pod that joined the running job is unknown to the first round's peer watch: start it
+            # over with this world's members, in the job's store under the world's version
+            with self.session.lock:
+                self.session.peer_nodes = world.members
+            self.session.watch_peers(JoinedRound(
+                PrefixStore(f"rootcause/soft/peers/{world.version}/", self.world.store), rank, len(world.members),
+                tuple(range(rank * local, (rank + 1) * local)),
+            ))
 
     def _healthy_events(self, world: World, change: WorldChangeEvent | None) -> dict[int, WorkerEvent]:
         parts = self.parts

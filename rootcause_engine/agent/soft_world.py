@@ -18,11 +18,18 @@ round's store (the c10d rendezvous store, alive as long as the job), with a few 
   decision wins (``compare_set``), so all pods agree whether ``v`` was formed.
 - ``finished``: a node's workers all returned: the training is over, so a node still restarting
   (whose workers are not in the current world) stops waiting for a world and ends too.
-- ``exit/<node>``: the node reached the end of the job; once a node was lost, the nodes wait for
-  each other here instead of in torch's exit barrier (which would wait for the lost one).
+- ``exit/<node>``: the node reached the end of the job; once the world is no longer the first one
+  (a node lost, or one added), the nodes wait for each other here instead of in torch's exit
+  barrier (which waits for every node of the first world).
+- ``job``: the job is running (the first world's node count), written by every node of the first
+  world; ``added``: how many pods joined the running job later.
 
 A node's index is its group rank in the first world; a node keeps it across restarts, so a node that
-comes back gets its old ranks back.
+comes back gets its old ranks back. A pod that arrives once the job runs (Kubernetes rescheduled a
+lost one, or the job started with fewer than ``nnodes``' maximum) does not go through torch's
+rendezvous, whose round is closed: it takes the next free index (:meth:`SoftWorld.join_running`)
+and joins like a restarted node. These keys live in the rendezvous store under the job's run id,
+not under the first round's prefix, so such a pod finds them.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ logger = logging.getLogger(__name__)
 _PREFIX = "rootcause/soft/"
 _LOG_LENGTH = f"{_PREFIX}log/len"
 _FINISHED = f"{_PREFIX}finished"
+_JOB = f"{_PREFIX}job"
+_ADDED = f"{_PREFIX}added"
 FORMED, ABANDONED = "formed", "abandoned"
 
 #: How often a node waiting for the other members of a world looks at the store.
@@ -106,6 +115,40 @@ class SoftWorld:
         self.initial = tuple(initial)
         self.min_nodes = min_nodes
         self.current = World(0, tuple(sorted(initial)))
+
+    # --- a job running, and pods that join it later ------------------------------------------
+
+    def announce_running(self) -> None:
+        """The first world formed: a pod that arrives from now on joins it (:meth:`join_running`)."""
+        self.store.set(_JOB, json.dumps({"nodes": len(self.initial)}))
+
+    @staticmethod
+    def running_job_nodes(store: Any) -> int | None:
+        """The first world's node count of the job running in ``store``; ``None`` if none runs yet."""
+        if not store.check([_JOB]):
+            return None
+        return int(json.loads(store.get(_JOB))["nodes"])
+
+    @classmethod
+    def join_running(cls, store: Any, name: str, min_nodes: int = 1) -> SoftWorld:
+        """A pod arriving once the job runs: a fresh node index after every earlier one, and the
+        latest formed world as the current one (its :meth:`join` then asks for the next)."""
+        initial = cls.running_job_nodes(store)
+        if initial is None:
+            raise RuntimeError("no soft-restart job runs in this rendezvous store")
+        node = initial - 1 + int(store.add(_ADDED, 1))
+        world = cls(store, node, name, range(initial), min_nodes)
+        world.current = world.latest_formed()
+        return world
+
+    def latest_formed(self) -> World:
+        """The newest world the pods formed (the first one if none formed since)."""
+        version, latest = 1, self.current
+        while self.store.check([f"{_PREFIX}decided/{version}"]):
+            if self.store.get(f"{_PREFIX}decided/{version}").decode() == FORMED:
+                latest = self._world(version)
+            version += 1
+        return latest
 
     # --- log and proposals ---------------------------------------------------------------------
 

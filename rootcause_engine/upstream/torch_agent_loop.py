@@ -15,8 +15,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.distributed import TCPStore
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+from torch.distributed import PrefixStore, TCPStore
+from torch.distributed.elastic.agent.server.api import RunResult, Worker, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher import api as launcher_api
@@ -26,6 +26,7 @@ from rootcause_engine.upstream.torch_elastic import torch_symbol as _torch
 from rootcause_engine.upstream.versions import Symbol, require
 
 _LAUNCHER = "torch.distributed.launcher.api"
+_RDZV = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
 _AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 _API = "torch.distributed.elastic.agent.server.api"
 
@@ -36,6 +37,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _torch(_API, "SimpleElasticAgent._worker_group", "reads, the loop's worker group", instance_attribute=True),
     _torch(_API, "SimpleElasticAgent._remaining_restarts", "reads and counts down", instance_attribute=True),
     _torch(_AGENT, "LocalElasticAgent._pcontext", "reads, for the running workers' pids", instance_attribute=True),
+    _torch(_API, "SimpleElasticAgent._store", "sets, for a pod that joins a running job without a rendezvous",
+           instance_attribute=True),
+    _torch(_API, "Worker", "makes, the workers of a pod that joins a running job"),
+    _torch(_RDZV, "DynamicRendezvousHandler._store", "reads, the job's store outside any rendezvous round",
+           instance_attribute=True),
     _torch(_AGENT, "LocalElasticAgent._start_workers", "calls, to start this node's workers"),
     _torch(_AGENT, "LocalElasticAgent._stop_workers", "calls, to stop this node's workers"),
     _torch(_AGENT, "LocalElasticAgent._monitor_workers", "calls, to poll this node's workers"),
@@ -72,6 +78,31 @@ class AgentParts:
     def store(self) -> Any:
         """The first rendezvous round's store (torch's c10d rendezvous store, scoped to the round)."""
         return self._agent._worker_group.store
+
+    @property
+    def job_store(self) -> Any | None:
+        """The rendezvous store outside any round, scoped to the job's run id: what a pod can reach
+        before (or instead of) a rendezvous, to find a job already running. ``None`` where the
+        rendezvous handler keeps no store (not the c10d handler)."""
+        handler = self._agent._worker_group.spec.rdzv_handler
+        store = getattr(handler, "_store", None)
+        if store is None:
+            return None
+        return PrefixStore(f"rootcause/{handler.get_run_id()}/", store)
+
+    def enter_running_job(self, group_rank: int, group_world_size: int) -> None:
+        """Take a place in a job already running, without torch's rendezvous (whose round is long
+        closed: a late pod would wait in it for a round that never comes). The workers' store and
+        master address are the rendezvous store's own, as for every soft world."""
+        agent, group = self._agent, self._agent._worker_group
+        handler = group.spec.rdzv_handler
+        store = handler._store
+        agent._store = store
+        group.store = store
+        group.group_rank, group.group_world_size = group_rank, group_world_size
+        group.workers = [Worker(local_rank=local_rank) for local_rank in range(group.spec.local_world_size)]
+        group.master_addr, group.master_port = self.world_store_address
+        self.set_ranks(group_rank * self.local_world_size, group_world_size * self.local_world_size)
 
     @property
     def master_addr(self) -> str:

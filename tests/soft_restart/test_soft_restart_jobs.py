@@ -38,9 +38,11 @@ STEPS = 24
 EXPECTED = STEPS * (STEPS + 1) / 2  # each step adds the mean of (step + 1) over the world
 
 
-def _run(store: ObjectStore, tmp_path: Path, task: PythonTask, nnodes: int, nproc: int, **inputs: Any) -> JobResult:
+def _run(store: ObjectStore, tmp_path: Path, task: PythonTask, nnodes: int, nproc: int,
+         reschedule_lost_after_s: float | None = None, **inputs: Any) -> JobResult:
     spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=nproc, store=StoreAccess(store.root),
-                   inputs={"steps": STEPS, "step_s": 0.15, **inputs}, timeout_s=180)
+                   inputs={"steps": STEPS, "step_s": 0.15, **inputs}, timeout_s=180,
+                   reschedule_lost_after_s=reschedule_lost_after_s)
     result = run_job(spec, work_dir=tmp_path)
     assert not result.timed_out, f"pods did not exit; logs in {result.sim_dir}"
     return result
@@ -201,3 +203,32 @@ def test_a_restarted_node_that_never_gets_ready_ends_the_job_instead_of_hanging_
     assert {f.worker for f in read.failures} == {"train-worker-0", "train-worker-1"}, logs
     reports = "\n".join(f.message for f in read.failures)
     assert "restarted workers were not ready within 2 s" in reports, logs
+
+
+def test_a_pod_rescheduled_after_its_node_was_lost_joins_the_running_job(file_store: ObjectStore,
+                                                                          tmp_path: Path) -> None:
+    """3 pods x 1 spawned worker, ``nnodes="2:3"``: a pod that does not host the store vanishes at step
+    4 and the survivors scale down to 2. As the training operator would, the simulator creates the
+    pod again under its name 1 s later: torch's rendezvous round is closed, so the new pod joins the
+    running job instead (a new node), and the survivors scale up at a step boundary. Survivors keep
+    their one process and every step; the joined worker starts from the survivors' step."""
+    result = _run(file_store, tmp_path, soft_train_3x1_spawned, 3, 1, reschedule_lost_after_s=1.0,
+                  fail_pod=NOT_STORE_HOST_POD, fail_local_rank=0, fail_step=4, fail_kind="vanish",
+                  finish_after_scale_up=True)
+    logs = f"pod logs in {result.sim_dir}"
+    lost = result.injected_worker
+    assert [pod.name for pod in result.replaced] == [lost], logs
+    assert all(pod.returncode == 0 for pod in result.pods), logs  # the rescheduled pod too
+    assert _output(file_store, result) == pytest.approx(EXPECTED), logs
+    workers = read_worker_logs(result.sim_dir)
+    for pod in result.pods:
+        if pod.name == lost:
+            first, joined = workers[(pod.name, 0)]
+            assert _steps(first) == [1, 2, 3, 4], logs
+            assert _steps(joined)[0] > 5 and _steps(joined)[-1] == STEPS, logs
+            continue
+        (process,) = workers[(pod.name, 0)]
+        assert _steps(process) == list(range(1, STEPS + 1)), logs
+        assert _changes(process) == [None, "SCALE_DOWN", "SCALE_UP"], logs
+        assert [e["world_size"] for e in process if e["event"] == "world"] == [3, 2, 3], logs
+    assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
