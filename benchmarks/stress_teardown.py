@@ -165,7 +165,7 @@ def run_one(variant: Variant, stall_s: float) -> dict[str, Any]:
             return {"error": "the task succeeded"}
         fault_file = Path(marker_dir, _FAULT_AT)
         if not fault_file.exists():
-            return {"error": "no fault time recorded", "message": message[:500]}
+            return {"error": "no fault time recorded", "message": message[-1500:]}
         seconds = (raised_ns - int(fault_file.read_text())) / 1e9
         verdict = next((line for line in message.splitlines() if "[root cause]" in line), "")
         return {
@@ -256,6 +256,8 @@ def main() -> None:
                 seconds = result.get("seconds")
                 shown = f"{seconds:6.2f} s" if isinstance(seconds, float) else "   -   "
                 detail = result.get("error", "") or (result.get("verdict", "") if flag == "wrong" else "")
+                if result.get("message"):
+                    detail += ": " + " | ".join(result["message"].splitlines()[:3])
                 print(f"{index:4d} {variant.label:<32} {shown} {flag} {detail[:300]}", flush=True)
             if stacks.exists() and not any(r.get("stalled") for _, r in results[-len(batch):]):
                 stacks.unlink()

@@ -42,6 +42,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -63,6 +64,7 @@ __all__ = [
     "WorldChangeEvent",
     "current_world_version",
     "enabled",
+    "follow_process_groups",
     "get_worker_event",
     "get_worker_info",
     "is_peer_failure",
@@ -285,11 +287,49 @@ def _leave_process_group(channel: _Channel) -> None:
 
     if not dist.is_initialized():
         return
+    nccl = dist.get_backend() == "nccl"
     with channel.lock:
         _leave_transport(channel)
-        if dist.get_backend() != "nccl":
-            dist.destroy_process_group()
+    if not nccl:  # torch's NCCL abort has destroyed the groups already
+        dist.destroy_process_group()  # its wrapper (follow_process_groups) finds the transport left
+    with channel.lock:
         channel.transport_fds = set()
+
+
+def follow_process_groups() -> None:
+    """Have this worker's default process group, however it is made, left as :func:`reinitialize` leaves it.
+
+    A loop written against the RFC's API alone makes each world's group with
+    ``dist.init_process_group(backend, **get_worker_info().get_pg_parameters())`` and leaves it with
+    ``dist.destroy_process_group()``. gloo's destroy does not release a peer blocked on this process
+    (it waits out the collective timeout), and nothing would let a collective blocked on a frozen
+    peer out at a scale-down. So both calls are wrapped, once per process (the agent's hook runs this
+    in every soft-restart worker before the user's function): the init notes the sockets the group
+    opened and the world it belongs to and starts the world watcher; the destroy of the default
+    group first leaves its transport (:func:`_leave_transport`).
+    """
+    import torch.distributed as dist
+
+    from rootcause_engine.upstream.torch_worker import wrap_default_group_lifecycle
+
+    channel = _this_channel()
+
+    def around_init(init: Callable[[], None]) -> None:
+        before = _socket_fds()
+        init()
+        event = channel.latest()
+        with channel.lock:
+            channel.transport_fds = _socket_fds() - before
+            if event is not None and event.worker_state is WorkerState.HEALTHY and event.worker_info is not None:
+                channel.version = event.worker_info.world_version
+        _ensure_world_watcher(channel)
+
+    def before_destroy() -> None:
+        if dist.is_initialized():
+            with channel.lock:
+                _leave_transport(channel)
+
+    wrap_default_group_lifecycle(around_init, before_destroy)
 
 
 def _interrupt_collectives(channel: _Channel) -> None:
@@ -344,12 +384,10 @@ def reinitialize(
     from rootcause_engine.distributed import default_backend
 
     channel = _this_channel()
+    follow_process_groups()
     _leave_process_group(channel)
     info = get_worker_info(wait_timeout_s, newer_than=channel.version)
-    before = _socket_fds()
     dist.init_process_group(backend or default_backend(), **info.get_pg_parameters(timeout))
     with channel.lock:
-        channel.transport_fds = _socket_fds() - before
-        channel.version = info.world_version
-    _ensure_world_watcher(channel)
+        channel.version = info.world_version  # the world asked for, should a newer event have come meanwhile
     return info

@@ -20,6 +20,7 @@ import os
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -72,6 +73,60 @@ def _until_a_survivor_scaled_down(timeout_s: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+class _Worlds(Protocol):
+    def enter(self) -> soft_restart.WorkerInfo: ...
+    def changed(self) -> bool: ...
+    def is_peer_failure(self, error: BaseException) -> bool: ...
+
+
+class _HelperWorlds:
+    """The loop of ``docs/soft_restarts.md``: the plugin's helpers on top of the RFC's API."""
+
+    def enter(self) -> soft_restart.WorkerInfo:
+        return soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
+
+    def changed(self) -> bool:
+        return soft_restart.world_changed()
+
+    def is_peer_failure(self, error: BaseException) -> bool:
+        return soft_restart.is_peer_failure(error)
+
+
+class _RfcWorlds:
+    """The loop of ``docs/soft_restarts.md``'s "The RFC's API alone": ``get_worker_event``,
+    ``get_worker_info``, ``WorkerInfo.get_pg_parameters`` and torch's own init and destroy, nothing else."""
+
+    #: how long a failed collective waits for the agent's word before the error counts as this worker's
+    #: own: the group's collective timeout (a lost pod's word comes after the peer watch's verdict)
+    PEER_FAILURE_WAIT_S = COLLECTIVE_TIMEOUT.total_seconds()
+
+    def __init__(self) -> None:
+        self.joined_at: float | None = None  # the timestamp of the event whose world this process's group is
+
+    def enter(self) -> soft_restart.WorkerInfo:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        info = soft_restart.get_worker_info()  # waits while PAUSED; tells the agent this worker is ready
+        self.joined_at = soft_restart.get_worker_event().timestamp
+        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT, **info.get_pg_parameters())
+        return info
+
+    def changed(self) -> bool:
+        return soft_restart.get_worker_event().timestamp != self.joined_at
+
+    def is_peer_failure(self, error: BaseException) -> bool:
+        deadline = time.monotonic() + self.PEER_FAILURE_WAIT_S
+        while time.monotonic() < deadline:
+            if self.changed():
+                return True
+            time.sleep(0.01)
+        return False
+
+
+#: ``loop`` values: how a worker follows the world.
+_LOOPS: dict[str, type[_HelperWorlds] | type[_RfcWorlds]] = {"helpers": _HelperWorlds, "rfc": _RfcWorlds}
+
+
 #: ``fail_kind`` values: the worker raises (recoverable unless ``fail_fatal``), or its whole pod is lost at
 #: once: every process SIGKILLed (``vanish``) or SIGSTOPped (``freeze``), as a lost node is.
 FAIL_KINDS = ("raise", "vanish", "freeze")
@@ -80,10 +135,12 @@ FAIL_KINDS = ("raise", "vanish", "freeze")
 def run_soft_training(
     steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
     init_until_scale_down: bool = False, fail_fatal: bool = False, fail_kind: str = "raise",
-    finish_after_scale_up: bool = False,
+    finish_after_scale_up: bool = False, loop: str = "helpers",
 ) -> float:
     if fail_kind not in FAIL_KINDS:
         raise ValueError(f"fail_kind must be one of {FAIL_KINDS}, got {fail_kind!r}")
+    if loop not in _LOOPS:
+        raise ValueError(f"loop must be one of {sorted(_LOOPS)}, got {loop!r}")
     pod, local_rank = current_worker_name(), int(os.environ["LOCAL_RANK"])
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     log = _Log(pod, local_rank)
@@ -92,8 +149,9 @@ def run_soft_training(
     if restarted and init_until_scale_down:
         _until_a_survivor_scaled_down()
     soft = soft_restart.enabled()
+    worlds = _LOOPS[loop]()
     if soft:
-        info = soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
+        info = worlds.enter()
         version = info.world_version
     else:  # torch's hard restarts: a failure restarts this process, from step 0
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
@@ -104,14 +162,15 @@ def run_soft_training(
               step=step)
     changes: list[str] = []  # the world changes this process went through
     while step < steps:
-        if soft and soft_restart.world_changed():
-            info, step, total = _next_world(log, step, total)
+        if soft and worlds.changed():
+            info, step, total = _next_world(worlds, log, step, total)
             version = info.world_version
             changes.append(_last_change())
             continue
         if finish_after_scale_up and step == steps - 1 and changes[-1:] == ["SCALE_DOWN"]:
-            # a survivor of a lost pod holds its last step until the rescheduled pod joined, so the
-            # training cannot end before the scale-up, however slowly that pod starts
+            # a survivor holds its last step until the pod that left (restarted, or rescheduled after
+            # it was lost) joined again, so the training cannot end before the scale-up, however
+            # slowly that pod's spawned workers start
             time.sleep(0.05)
             continue
         # the fault: at ``fail_step``; with ``fail_again``, a restarted worker fails again at its first step;
@@ -130,9 +189,9 @@ def run_soft_training(
             dist.all_reduce(contribution)
         except Exception as error:  # a peer failed: gloo raises a plain RuntimeError, NCCL a DistBackendError
             log.write("collective_failed", step=step, error=str(error)[:200])
-            if not soft or not soft_restart.is_peer_failure(error):
+            if not soft or not worlds.is_peer_failure(error):
                 raise
-            info, step, total = _next_world(log, step, total)
+            info, step, total = _next_world(worlds, log, step, total)
             version = info.world_version
             changes.append(_last_change())
             continue
@@ -149,8 +208,9 @@ def _last_change() -> str:
     return "" if change is None else change.value
 
 
-def _next_world(log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart.WorkerInfo, int, torch.Tensor]:
-    info = soft_restart.reinitialize("gloo", timeout=COLLECTIVE_TIMEOUT)
+def _next_world(worlds: _Worlds, log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart.WorkerInfo, int,
+                                                                                  torch.Tensor]:
+    info = worlds.enter()
     step, total = _agree(step, total)
     log.write("world", version=info.world_version, rank=info.rank, world_size=info.world_size,
               change=_last_change() or None, step=step)
@@ -172,10 +232,13 @@ def soft_train_2x2(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, f
 @task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="soft"))
 def soft_train_2x2_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                            fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
-                           init_until_scale_down: bool = False, fail_fatal: bool = False) -> float:
+                           init_until_scale_down: bool = False, fail_fatal: bool = False,
+                           finish_after_scale_up: bool = False, loop: str = "helpers",
+                           fail_kind: str = "raise") -> float:
     """``soft_train_2x2`` with kfpytorch's default start method (spawn), as users run it."""
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
-                             init_until_scale_down, fail_fatal)
+                             init_until_scale_down, fail_fatal, fail_kind=fail_kind,
+                             finish_after_scale_up=finish_after_scale_up, loop=loop)
 
 
 @task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft",
@@ -191,10 +254,20 @@ def soft_train_3x1(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, f
 def soft_train_3x1_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                            fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
                            init_until_scale_down: bool = False, fail_kind: str = "raise",
-                           finish_after_scale_up: bool = False) -> float:
+                           finish_after_scale_up: bool = False, loop: str = "helpers") -> float:
     """``soft_train_3x1`` with kfpytorch's default start method (spawn), as users run it."""
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
-                             init_until_scale_down, fail_kind=fail_kind, finish_after_scale_up=finish_after_scale_up)
+                             init_until_scale_down, fail_kind=fail_kind, finish_after_scale_up=finish_after_scale_up,
+                             loop=loop)
+
+
+@task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard"))
+def hard_train_2x2_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
+                           fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
+                           init_until_scale_down: bool = False, fail_kind: str = "raise") -> float:
+    """torch's hard restarts with spawned workers (the benchmark's baseline)."""
+    return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
+                             init_until_scale_down, fail_kind=fail_kind)
 
 
 @task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard",

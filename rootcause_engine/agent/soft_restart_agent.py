@@ -79,6 +79,8 @@ class SoftRestartSession:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     #: peers the peer watch declared lost (a vanished or frozen pod), not yet taken out of the world
     lost_pending: list[LostPeer] = dataclasses.field(default_factory=list)
+    #: when this node stopped its restarting workers because the training had finished without them
+    finished_while_restarting_ns: int | None = None
 
     def peers_lost(self, lost: tuple[LostPeer, ...]) -> None:
         """The peer watch declared ``lost`` (on its own thread): the loop scales down without them.
@@ -99,7 +101,7 @@ class SoftRestartSession:
 
 _CHANGE_WORDS = {
     "leave": "failed; its workers restarted while the others went on without it",
-    "join": "rejoined (its restarted workers were ready)",
+    "join": "joined the world (its workers were ready)",
     "fatal": "failed for good",
     "lost": "was lost (it never arrived at a new world, or sent no heartbeat); the others went on without it",
 }
@@ -107,6 +109,10 @@ _CHANGE_WORDS = {
 
 #: How long a node's workers may still run once another node's workers have all returned.
 FINISH_GRACE_S = 5.0
+FINISHED_WHILE_RESTARTING = (
+    "was still restarting (or joining) when the training finished without it: its workers were stopped, and "
+    "the pod succeeded without claiming the task's output"
+)
 #: How often a pod waiting for room in a full running job looks at its latest world.
 ROOM_POLL_INTERVAL_S = 0.2
 
@@ -114,8 +120,11 @@ ROOM_POLL_INTERVAL_S = 0.2
 def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]:
     """Every node's membership changes this pod knows of, in order: (time ns, node, what, reason)."""
     with session.lock:
-        changes = session.changes
-    return [(c.time_ns, c.name, _CHANGE_WORDS.get(c.op, c.op), c.reason) for c in changes]
+        changes, finished_ns = session.changes, session.finished_while_restarting_ns
+    rows = [(c.time_ns, c.name, _CHANGE_WORDS.get(c.op, c.op), c.reason) for c in changes]
+    if finished_ns is not None:
+        rows.append((finished_ns, session.worker, FINISHED_WHILE_RESTARTING, ""))
+    return rows
 
 
 def history_note(session: SoftRestartSession) -> str:
@@ -183,6 +192,8 @@ class SoftRestartLoop:
         self.parts.enter_running_job(self.world.node, len(self.world.current.members) + 1)
         if self.world.job_finished():
             logger.warning("soft restart: the training already finished: nothing to join")
+            with self.session.lock:
+                self.session.finished_while_restarting_ns = time.time_ns()
             return self.parts.finished_without_results()
         self._wait_for_room()
         try:
@@ -242,7 +253,7 @@ class SoftRestartLoop:
         another (a node lost: torch's barrier would wait its whole timeout for it; or one that joined
         later, which torch's barrier does not count), a barrier of the current world's nodes instead,
         so the store's host still outlives the others' last use of the store."""
-        if set(self.world.current.members) | {self.world.node} == set(self.world.initial):
+        if self.world.first_world_barrier():
             self.parts.exit_barrier()
         elif not self.world.exit_barrier(self.session.timeout_s):
             logger.warning("soft restart: not every node of world %d reached the end within %g s",
@@ -319,6 +330,8 @@ class SoftRestartLoop:
     def _finished_elsewhere(self) -> RunResult:
         """The training ended while this node restarted: its workers are not needed any more."""
         logger.warning("soft restart: the training finished while this node restarted; stopping its workers")
+        with self.session.lock:
+            self.session.finished_while_restarting_ns = time.time_ns()
         self.parts.stop_workers()
         self._exit_barrier()
         return self.parts.finished_without_results()
@@ -382,7 +395,7 @@ class SoftRestartLoop:
             with self.session.lock:
                 self.session.peer_nodes = world.members
             self.session.watch_peers(JoinedRound(
-                PrefixStore(f"rootcause/soft/peers/{world.version}/", self.world.store), rank, len(world.members),
+                PrefixStore(f"rootcause/soft/peers/{world.version}", self.world.store), rank, len(world.members),
                 tuple(range(rank * local, (rank + 1) * local)),
             ))
 

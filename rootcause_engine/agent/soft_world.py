@@ -198,6 +198,18 @@ class SoftWorld:
         self._propose_covering(self._append("lost", reason, node=node, name=name))
         return True
 
+    def first_world_barrier(self) -> bool:
+        """Whether the job ends in torch's exit barrier (every node of the first world) rather than in
+        :meth:`exit_barrier`: while no node was lost and none joined later, and this node is one of the
+        first world's. Every node of a world decides alike (a node that restarted and never rejoined
+        included), but one that joined the running job, which torch's barrier does not count."""
+        current = self.current
+        return (
+            self.node in self.initial
+            and set(current.members) <= set(self.initial)
+            and not any(change.op == "lost" for change in current.changes)
+        )
+
     def exit_barrier(self, timeout_s: float) -> bool:
         """Wait until every node of the current world, and this one, has reached the end of the job
         (torch's own exit barrier waits for every node of the *first* world, a lost one included).
@@ -216,8 +228,10 @@ class SoftWorld:
         self._propose_covering(self._append("fatal", reason))
 
     def join(self, timeout_s: float) -> World:
-        """This node's restarted workers are ready: wait for the world that takes it back."""
-        version = self._propose_covering(self._append("join"))
+        """This node's restarted workers (or, for a pod that joins the running job, its first ones)
+        are ready: wait for the world that takes it in."""
+        reason = "" if self.node in self.initial else "a pod that joined the running job"
+        version = self._propose_covering(self._append("join", reason))
         self.current = dataclasses.replace(self.current, version=version - 1)
         return self.next_world(timeout_s)
 

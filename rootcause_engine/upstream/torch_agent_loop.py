@@ -88,7 +88,7 @@ class AgentParts:
         store = getattr(handler, "_store", None)
         if store is None:
             return None
-        return PrefixStore(f"rootcause/{handler.get_run_id()}/", store)
+        return PrefixStore(f"rootcause/{handler.get_run_id()}", store)
 
     def enter_running_job(self, group_rank: int, group_world_size: int) -> None:
         """Take a place in a job already running, without torch's rendezvous (whose round is long

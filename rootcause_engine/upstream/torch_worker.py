@@ -43,6 +43,11 @@ SYMBOLS: tuple[Symbol, ...] = (
         Symbol("torch", _C10D, name, "wraps in each worker, for the peer a point-to-point call waits for")
         for name in ("send", "recv")
     ),
+    *(
+        Symbol("torch", _C10D, name, "wraps in soft-restart workers: a group made with the RFC's API alone is "
+               "left as reinitialize leaves it")
+        for name in ("init_process_group", "destroy_process_group")
+    ),
 )
 
 #: The Flight Recorder's ring size (entries per process); torch's own variable, for gloo and NCCL.
@@ -198,3 +203,39 @@ def _observed_call(
 
     setattr(observed, _OBSERVED, True)
     return observed
+
+
+_WRAPPED_LIFECYCLE = "_rootcause_group_lifecycle"
+
+
+def wrap_default_group_lifecycle(
+    around_init: Callable[[Callable[[], None]], None], before_destroy: Callable[[], None]
+) -> None:
+    """Route this process's ``init_process_group`` and ``destroy_process_group`` (of the default
+    group) through the given callables, under both names a caller reaches them by. For good, once
+    per process. ``around_init(init)`` must call ``init()`` (it sees what the call opened);
+    ``before_destroy()`` runs before the default group is destroyed. A name bound before this ran
+    (``from torch.distributed import init_process_group``) keeps torch's own function.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    init, destroy = distributed_c10d.init_process_group, distributed_c10d.destroy_process_group
+    if getattr(init, _WRAPPED_LIFECYCLE, False):
+        return
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        around_init(lambda: init(*args, **kwargs))
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group: Any = None) -> None:
+        if group is None or group is distributed_c10d.GroupMember.WORLD:
+            before_destroy()
+        destroy(group)
+
+    for wrapper, original in ((init_process_group, init), (destroy_process_group, destroy)):
+        setattr(wrapper, _WRAPPED_LIFECYCLE, True)
+        for module in (distributed_c10d, dist):
+            if getattr(module, original.__name__, None) is original:
+                wrap_attribute(module, original.__name__, lambda _original, wrapper=wrapper: wrapper)

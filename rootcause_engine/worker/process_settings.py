@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from rootcause_engine import soft_restart
 from rootcause_engine.upstream.torch_worker import (
     FLIGHT_RECORDER_BUFFER_VAR,
     FLIGHT_RECORDER_NCCL_BUFFER_VAR,
@@ -126,6 +127,8 @@ class WorkerProcessSettings:
             record_point_to_point()
         if os.environ.get(PYTHONUNBUFFERED_VAR):
             _line_buffer_stdio()
+        if soft_restart.enabled():  # a soft-restart worker: its groups are left as reinitialize leaves them
+            soft_restart.follow_process_groups()
 
 
 @dataclasses.dataclass(frozen=True)

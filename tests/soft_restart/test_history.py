@@ -26,8 +26,31 @@ def test_every_node_s_changes_are_listed_in_order_in_the_report_and_the_deck(tmp
     note = history_note(session)
     assert note.splitlines()[0].startswith("Soft restarts before this failure")
     assert "pod-1 failed; its workers restarted while the others went on without it: <b>rank 3</b> raised" in note
-    assert note.index("pod-1 failed") < note.index("pod-1 rejoined")
+    assert note.index("pod-1 failed") < note.index("pod-1 joined the world")
     assert "1: nodes [0] at 1970-01-01T00:00:01.100000000Z" in note
     page = restarts_html(history_rows(session))
     assert "&lt;b&gt;rank 3&lt;/b&gt; raised" in page and "<b>rank 3</b>" not in page  # escaped
     assert page.count("<tr>") == 3  # header and two changes
+
+
+def test_a_node_still_restarting_when_the_training_finished_says_so(tmp_path: object) -> None:
+    session = _session(tmp_path)
+    session.changes = (Change("leave", 0, "pod-0", "rank 1 raised", 1_000_000_000),)
+    session.finished_while_restarting_ns = 3_000_000_000
+    rows = history_rows(session)
+    assert [row[1] for row in rows] == ["pod-0", "pod-0"]
+    assert rows[-1][0] == 3_000_000_000 and "restarting (or joining) when the training finished" in rows[-1][2]
+    assert "when the training finished without it" in restarts_html(rows)
+
+
+def test_a_verdict_of_a_later_world_s_peer_watch_names_the_node_not_its_rank_there(tmp_path: object) -> None:
+    """A world with a pod that joined the running job has its own peer watch, ranking its members
+    densely (nodes 0, 2, 3 are ranks 0, 1, 2): a verdict on rank 2 takes node 3 out, not node 2."""
+    from rootcause_core.testimony import LostPeer
+
+    session = _session(tmp_path)
+    session.peers_lost((LostPeer(2, "pod-2", None),))
+    assert [peer.group_rank for peer in session.take_lost()] == [2]  # the first world: rank is node
+    session.peer_nodes = (0, 2, 3)
+    session.peers_lost((LostPeer(2, "pod-2", 5), LostPeer(7, "odd", None)))
+    assert [(peer.group_rank, peer.worker) for peer in session.take_lost()] == [(3, "pod-2"), (7, "odd")]

@@ -61,19 +61,22 @@ def _changes(events: list[dict[str, Any]]) -> list[str | None]:
 
 
 @pytest.mark.parametrize(
-    ("task", "nnodes", "nproc", "failing_pod", "failing_local_rank"),
+    ("task", "nnodes", "nproc", "failing_pod", "failing_local_rank", "loop"),
     [
-        (soft_train_2x2, 2, 2, "train-worker-1", 1),
-        (soft_train_3x1, 3, 1, "train-worker-0", 0),  # the pod whose agent hosts the stores, 3 pods
+        (soft_train_2x2, 2, 2, "train-worker-1", 1, {}),
+        (soft_train_3x1, 3, 1, "train-worker-0", 0, {}),  # the pod whose agent hosts the stores, 3 pods
+        # spawned workers whose loop uses the RFC's API alone (get_worker_event, get_worker_info, torch's
+        # own init and destroy)
+        (soft_train_2x2_spawned, 2, 2, "train-worker-1", 0, {"loop": "rfc", "finish_after_scale_up": True}),
     ],
-    ids=["2x2", "3x1-first-pod"],
+    ids=["2x2", "3x1-first-pod", "2x2-spawned-rfc"],
 )
 def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
-    task: PythonTask, nnodes: int, nproc: int, failing_pod: str, failing_local_rank: int,
+    task: PythonTask, nnodes: int, nproc: int, failing_pod: str, failing_local_rank: int, loop: dict[str, Any],
     file_store: ObjectStore, tmp_path: Path,
 ) -> None:
     result = _run(file_store, tmp_path, task, nnodes, nproc, fail_pod=failing_pod,
-                  fail_local_rank=failing_local_rank, fail_step=4, init_until_scale_down=True)
+                  fail_local_rank=failing_local_rank, fail_step=4, init_until_scale_down=True, **loop)
     logs = f"pod logs in {result.sim_dir}"
     assert _output(file_store, result) == pytest.approx(EXPECTED), logs
     workers = read_worker_logs(result.sim_dir)
@@ -112,20 +115,23 @@ def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(file_s
     for (pod, _), processes in workers.items():
         if pod == "train-worker-0":  # survivors: one process each, every step once, to the end
             assert len(processes) == 1 and _steps(processes[0]) == list(range(1, STEPS + 1)), logs
+    restarted_log = next(pod.log_path for pod in result.pods if pod.name == "train-worker-1").read_text()
+    assert "the training finished while this node restarted" in restarted_log, logs  # its pod log says why
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
 
 
-@pytest.mark.parametrize("kind", ["vanish", "freeze"])
+@pytest.mark.parametrize(("kind", "loop"), [("vanish", "rfc"), ("freeze", "helpers")], ids=["vanish-rfc", "freeze"])
 def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
-    kind: str, file_store: ObjectStore, tmp_path: Path
+    kind: str, loop: str, file_store: ObjectStore, tmp_path: Path
 ) -> None:
     """3 pods x 1 spawned worker, ``nnodes="2:3"``: a pod that does not host the store is lost at step
     4, every process of it SIGKILLed (its peers' all-reduce raises at once) or SIGSTOPped (a frozen
     node: its sockets stay open and the all-reduce just waits). The peer watch declares it lost, the
     survivors scale down to 2 pods (a frozen peer's collective is left at the agent's PAUSED) and
-    finish, each in its one process, every step once."""
+    finish, each in its one process, every step once. The vanish runs the loop written against the
+    RFC's API alone (``get_worker_event``, ``get_worker_info``, torch's own init and destroy)."""
     result = _run(file_store, tmp_path, soft_train_3x1_spawned, 3, 1, fail_pod=NOT_STORE_HOST_POD,
-                  fail_local_rank=0, fail_step=4, fail_kind=kind)
+                  fail_local_rank=0, fail_step=4, fail_kind=kind, loop=loop)
     logs = f"pod logs in {result.sim_dir}"
     lost = result.injected_worker
     survivors = [pod for pod in result.pods if pod.name != lost]
