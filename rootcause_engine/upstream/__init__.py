@@ -63,7 +63,11 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch.distributed.elastic.agent.server.api.Worker.role_rank``,
   ``torch.distributed.elastic.agent.server.api.Worker.world_size``,
   ``torch.distributed.elastic.agent.server.api.Worker.role_world_size`` and
-  ``torch.distributed.elastic.agent.server.api.Worker.id`` (set, as each new world's ranks).
+  ``torch.distributed.elastic.agent.server.api.Worker.id`` (set, as each new world's ranks);
+  for a pod that joins a running job without a rendezvous,
+  ``torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._store`` (read:
+  the job's store outside any round), ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._store``
+  (set) and ``torch.distributed.elastic.agent.server.api.Worker`` (made).
 - :mod:`.torch_worker` (each worker; torch):
   ``torch.distributed.elastic.multiprocessing.errors.error_handler.ErrorHandler._get_error_file_path``
   (called); ``torch.distributed.distributed_c10d.default_pg_timeout`` and
@@ -71,6 +75,9 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch._C._distributed_c10d._dump_fr_trace`` (called: the Flight Recorder's entries);
   ``torch.distributed.distributed_c10d._abort_process_group`` (called: an NCCL world left under soft
   restarts); ``torch.distributed.distributed_c10d.send`` and ``torch.distributed.distributed_c10d.recv``
-  (wrapped, under that name and ``torch.distributed``'s: the peer an open call waits for).
+  (wrapped, under that name and ``torch.distributed``'s: the peer an open call waits for);
+  ``torch.distributed.distributed_c10d.init_process_group`` and
+  ``torch.distributed.distributed_c10d.destroy_process_group`` (wrapped in soft-restart workers, both
+  names: a group made with the RFC's API alone is left as ``reinitialize`` leaves it).
 - :mod:`.torch_logging` (the agent; torch): ``torch._logging._internal.handlers`` (read).
 """

@@ -554,6 +554,57 @@ def _create_tcp_store_server(_: Any) -> None:
     assert seen == [("127.0.0.1", 0)] and handler_class._create_tcp_store_server is original
 
 
+def _running_job_parts(_: Any) -> None:
+    """A pod joining a running job: the handler's own store (a TCPStore client, outside any round),
+    scoped to the run id, and a worker group filled in without a rendezvous."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+    from rootcause_engine.upstream.torch_agent_loop import AgentParts
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False)
+    handler = dynamic_rendezvous.DynamicRendezvousHandler.from_backend(
+        "run-1", server, C10dRendezvousBackend(server, "run-1"), min_nodes=1, max_nodes=2)
+    assert handler._store is server
+    spec = WorkerSpec(role="trainer", local_world_size=2, rdzv_handler=handler, entrypoint="true", max_restarts=1)
+    agent = LocalElasticAgent(spec, DefaultLogsSpecs())
+    parts = AgentParts(agent)
+    parts.job_store.set("k", "v")
+    assert server.get("rootcause/run-1/k") == b"v"
+    parts.enter_running_job(3, 4)
+    assert agent._store is server and agent._worker_group.group_rank == 3
+    assert parts.ranks() == {0: (6, 8), 1: (7, 8)} and parts.world_store_address == ("127.0.0.1", server.port)
+
+
+def _default_group_lifecycle(_: Any) -> None:
+    """Run in a child: the wrap is for good, in the process it is made in."""
+    import subprocess
+    import sys
+
+    script = '''
+import datetime, torch.distributed as dist
+from torch.distributed import distributed_c10d
+from rootcause_engine.upstream.torch_worker import wrap_default_group_lifecycle
+seen = []
+wrap_default_group_lifecycle(lambda init: (seen.append("init"), init()), lambda: seen.append("destroy"))
+wrap_default_group_lifecycle(lambda init: seen.append("twice"), lambda: seen.append("twice"))
+assert dist.init_process_group is distributed_c10d.init_process_group
+store = dist.HashStore()
+dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=10))
+assert dist.is_initialized() and seen == ["init"]
+dist.destroy_process_group()
+assert not dist.is_initialized() and seen == ["init", "destroy"], seen
+'''
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 #: Per declared symbol (qualified name), the test of how the plugin uses it.
 SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{AGENT}.start_processes": _start_processes,
@@ -609,6 +660,11 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     **{f"{AGENT}.LocalElasticAgent.{path}": _soft_agent_parts for path in (
         "_pcontext", "_start_workers", "_stop_workers", "_monitor_workers",
     )},
+    f"{WORKER_API}.SimpleElasticAgent._store": _running_job_parts,
+    f"{WORKER_API}.Worker": _running_job_parts,
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._store": _running_job_parts,
+    "torch.distributed.distributed_c10d.init_process_group": _default_group_lifecycle,
+    "torch.distributed.distributed_c10d.destroy_process_group": _default_group_lifecycle,
 }
 
 
