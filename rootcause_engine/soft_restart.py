@@ -345,19 +345,31 @@ def _interrupt_collectives(channel: _Channel) -> None:
 
 def _watch_world(channel: _Channel) -> None:
     """The world watcher: a scale-down (a node left, or the peer watch found one lost) pauses the
-    world; a worker blocked in a collective with the node that is gone is let out of it at once."""
+    world; a worker blocked in a collective with the node that is gone is let out of it at once.
+
+    The PAUSED may already be followed by the smaller world's HEALTHY when the watcher looks (the
+    agents agree on it within milliseconds, the watcher looks every :data:`WATCH_INTERVAL_S`): a
+    scale-down to a world newer than the group's ends the group's collectives just the same.
+    """
     while True:
         time.sleep(WATCH_INTERVAL_S)
         try:
-            event = channel.latest()
-            if (
-                event is not None
-                and event.worker_state is WorkerState.PAUSED
-                and event.change_event is WorldChangeEvent.SCALE_DOWN
-            ):
+            if _scaled_down_since_the_group(channel):
                 _interrupt_collectives(channel)
         except Exception:  # never let the watcher hurt the worker: the collective timeout still bounds it
             continue
+
+
+def _scaled_down_since_the_group(channel: _Channel) -> bool:
+    """Whether the latest event is a scale-down that ends the current group's world (PAUSED, or the
+    next world already HEALTHY)."""
+    event = channel.latest()
+    if event is None or event.change_event is not WorldChangeEvent.SCALE_DOWN:
+        return False
+    if event.worker_state is WorkerState.PAUSED:
+        return True
+    version = channel.version
+    return event.worker_info is not None and version is not None and event.worker_info.world_version > version
 
 
 _watcher: list[threading.Thread] = []

@@ -1,0 +1,92 @@
+"""The world watcher lets a survivor out of a collective blocked on a frozen peer (real gloo processes).
+
+A frozen peer closes no socket, so a survivor blocked in an all-reduce with it would wait out the
+collective timeout. The agent's scale-down reaches the survivor's world watcher, which leaves the
+group's transport. The agents agree on the smaller world within milliseconds, so the PAUSED is
+often superseded by the next HEALTHY before the watcher (which looks every 50 ms) reads it: that
+must end the blocked collective just the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.worker.world_events import WorkerEvent, WorkerInfo, WorkerState, WorldChangeEvent
+
+#: One rank of three: joins world 0 through the plugin's worker hook and ``reinitialize``, trains;
+#: rank 2 freezes itself (SIGSTOP) at step 3. A survivor writes what ended its all-reduce.
+_RANK = textwrap.dedent(
+    """
+    import datetime, json, os, signal, sys, time
+    import torch, torch.distributed as dist
+    from rootcause_engine import soft_restart
+
+    rank, out = int(sys.argv[1]), sys.argv[2]
+    soft_restart.follow_process_groups()  # what the agent's hook runs in every soft-restart worker
+    soft_restart.reinitialize("gloo", timeout=datetime.timedelta(seconds=120))
+    for step in range(100000):
+        if rank == 2 and step == 3:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as error:
+            with open(out, "w") as handle:
+                json.dump({"step": step, "error": str(error)[:300]}, handle)
+            os._exit(0)
+        time.sleep(0.02)
+    """
+)
+
+
+def _info(rank: int, world_size: int, port: int, version: int) -> WorkerInfo:
+    return WorkerInfo(0, rank, rank, 1, world_size, world_size, "127.0.0.1", port, version)
+
+
+@pytest.mark.slow
+def test_a_scale_down_whose_paused_was_already_superseded_still_ends_the_blocked_collective(tmp_path: Path) -> None:
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False)
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK)
+    channels, processes = [], []
+    for rank in range(3):
+        directory = tmp_path / f"pod-{rank}"
+        directory.mkdir()
+        channel = WorkerChannel(str(directory))
+        channel.start_fresh(0, WorkerEvent(time.time(), WorkerState.HEALTHY, None, _info(rank, 3, server.port, 0)))
+        channels.append(channel)
+        env = os.environ | {"ROOTCAUSE_SOFT_RESTART_DIR": str(directory), "LOCAL_RANK": "0"}
+        processes.append(subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / f"out-{rank}")],
+                                          env=env))
+    try:
+        deadline = time.monotonic() + 120
+        while not all(Path(f"/proc/{p.pid}/stat").read_text().split()[2] == "T" for p in processes[2:]):
+            assert time.monotonic() < deadline, "rank 2 never froze"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the survivors are blocked in their all-reduce with the frozen rank
+        for channel in channels[:2]:  # the agents' scale-down: PAUSED, then at once HEALTHY
+            channel.publish(0, WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_DOWN))
+        for rank, channel in enumerate(channels[:2]):
+            smaller = _info(rank, 2, server.port, 1)
+            channel.publish(0, WorkerEvent(time.time(), WorkerState.HEALTHY, WorldChangeEvent.SCALE_DOWN, smaller))
+        for process in processes[:2]:
+            process.wait(timeout=60)  # well under the group's 120 s collective timeout
+        for rank in (0, 1):
+            seen = json.loads((tmp_path / f"out-{rank}").read_text())
+            assert "Timed out" not in seen["error"], seen
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
