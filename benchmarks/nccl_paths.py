@@ -10,7 +10,11 @@ the same code is checked:
    torch's default; printed: the microseconds per all-reduce of 1 MiB either way, the
    position the hang diagnosis reads back (``hang_probe.collective_positions_json``: it must be the
    last all-reduce's number) and how long that read takes (what a probed worker spends answering);
-3. the soft restart's way out of an NCCL world (``torch_worker.abort_process_groups``) returns.
+3. the soft restart's way out of an NCCL world (``torch_worker.abort_process_groups``) returns;
+4. a loop on the soft-restart RFC's API alone: a new NCCL group made with torch's own
+   ``init_process_group`` and left with its ``destroy_process_group``, both wrapped as in every
+   soft-restart worker (``soft_restart.follow_process_groups``: the destroy aborts the communicators
+   first), returns without an error.
 
 Each measurement runs in a process of its own: the recorder's size is read when the group is made.
 """
@@ -65,7 +69,9 @@ def _child(iterations: int, buffer_entries: int) -> dict[str, object]:
         except Exception as error:
             dumps[name] = f"{type(error).__name__}: {error}"[:200]
     abort_process_groups()
+    rfc_only = _rfc_only_world(backend, device if on_gpu else None)
     return {
+        "rfc_only": rfc_only,
         "backend": backend,
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if on_gpu else "CPU",
@@ -76,6 +82,27 @@ def _child(iterations: int, buffer_entries: int) -> dict[str, object]:
         "calls": iterations + 20,
         "dumps": dumps,
     }
+
+
+def _rfc_only_world(backend: str, device: object) -> str:
+    """Step 4: a group made and left with torch's own calls, wrapped as in a soft-restart worker."""
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+
+    from rootcause_engine import soft_restart
+    from rootcause_engine.worker.world_events import EVENTS_DIR_VARIABLE
+
+    os.environ[EVENTS_DIR_VARIABLE] = tempfile.mkdtemp(prefix="nccl-paths-")
+    try:
+        soft_restart.follow_process_groups()
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device)
+        dist.all_reduce(torch.ones(4, device=device if device is not None else "cpu"))
+        dist.destroy_process_group()
+    except Exception as error:
+        return f"failed: {type(error).__name__}: {error}"[:300]
+    return "left without an error" if not dist.is_initialized() else "failed: the group is still there"
 
 
 def _run(iterations: int, buffer_entries: int) -> dict[str, object]:
@@ -110,7 +137,7 @@ def main() -> None:
             f"{label:<13} backend {result['backend']} on {result['device']} ({result['gpu']}, "
             f"torch {result['torch']}): {result['per_call_us']:.1f} us per 1 MiB all-reduce; last position read: "
             f"{seq} of {result['calls']} calls in {result['read_ms']:.1f} ms; the world aborted; "
-            f"entries per dump call: {result['dumps']}"
+            f"entries per dump call: {result['dumps']}; an RFC-only loop's group: {result['rfc_only']}"
         )
 
 

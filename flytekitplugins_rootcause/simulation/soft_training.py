@@ -135,7 +135,7 @@ FAIL_KINDS = ("raise", "vanish", "freeze")
 def run_soft_training(
     steps: int, init_s: float, step_s: float, fail_pod: str, fail_local_rank: int, fail_step: int, fail_again: bool,
     init_until_scale_down: bool = False, fail_fatal: bool = False, fail_kind: str = "raise",
-    finish_after_scale_up: bool = False, loop: str = "helpers",
+    finish_after_scale_up: bool = False, loop: str = "helpers", restart_init_s: float = 0.0,
 ) -> float:
     if fail_kind not in FAIL_KINDS:
         raise ValueError(f"fail_kind must be one of {FAIL_KINDS}, got {fail_kind!r}")
@@ -145,7 +145,7 @@ def run_soft_training(
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     log = _Log(pod, local_rank)
     log.write("start", restarted=restarted)
-    time.sleep(init_s)  # the model load a restart costs: done before waiting for a world
+    time.sleep(init_s + (restart_init_s if restarted else 0.0))  # the model load: done before waiting for a world
     if restarted and init_until_scale_down:
         _until_a_survivor_scaled_down()
     soft = soft_restart.enabled()
@@ -234,11 +234,12 @@ def soft_train_2x2_spawned(steps: int = 12, init_s: float = 0.0, step_s: float =
                            fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
                            init_until_scale_down: bool = False, fail_fatal: bool = False,
                            finish_after_scale_up: bool = False, loop: str = "helpers",
-                           fail_kind: str = "raise") -> float:
-    """``soft_train_2x2`` with kfpytorch's default start method (spawn), as users run it."""
+                           fail_kind: str = "raise", restart_init_s: float = 0.0) -> float:
+    """``soft_train_2x2`` with kfpytorch's default start method (spawn), as users run it.
+    ``restart_init_s``: a restarted worker's initialisation, on top of ``init_s``."""
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
                              init_until_scale_down, fail_fatal, fail_kind=fail_kind,
-                             finish_after_scale_up=finish_after_scale_up, loop=loop)
+                             finish_after_scale_up=finish_after_scale_up, loop=loop, restart_init_s=restart_init_s)
 
 
 @task(task_config=ElasticRootCause(nnodes="2:3", nproc_per_node=1, max_restarts=2, restart_policy="soft"))

@@ -232,6 +232,8 @@ def wrap_default_group_lifecycle(
     def destroy_process_group(group: Any = None) -> None:
         if group is None or group is distributed_c10d.GroupMember.WORLD:
             before_destroy()
+            if not dist.is_initialized():
+                return  # leaving destroyed it already (NCCL's communicator abort removes every group)
         destroy(group)
 
     for wrapper, original in ((init_process_group, init), (destroy_process_group, destroy)):

@@ -107,7 +107,7 @@ def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(file_s
     succeeds without claiming the task's output (torch's agent once refused its run with
     "ValueError: Unknown worker"); the survivors' rank 0 returns the result."""
     result = _run(file_store, tmp_path, soft_train_2x2_spawned, 2, 2, fail_pod="train-worker-1",
-                  fail_local_rank=1, fail_step=4, init_s=8.0)
+                  fail_local_rank=1, fail_step=4, restart_init_s=8.0)
     logs = f"pod logs in {result.sim_dir}"
     assert all(pod.returncode == 0 for pod in result.pods), logs
     assert _output(file_store, result) == pytest.approx(EXPECTED), logs
