@@ -281,19 +281,13 @@ def _leave_transport(channel: _Channel) -> None:
         _abort_gloo_transport(channel.transport_fds)
 
 
-def _leave_process_group(channel: _Channel) -> None:
-    """Leave the current default process group so that no peer stays blocked on this process."""
+def _leave_process_group() -> None:
+    """Leave the current default process group so that no peer stays blocked on this process:
+    torch's destroy, whose wrapper (:func:`follow_process_groups`) leaves the transport first."""
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        return
-    nccl = dist.get_backend() == "nccl"
-    with channel.lock:
-        _leave_transport(channel)
-    if not nccl:  # torch's NCCL abort has destroyed the groups already
-        dist.destroy_process_group()  # its wrapper (follow_process_groups) finds the transport left
-    with channel.lock:
-        channel.transport_fds = set()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def follow_process_groups() -> None:
@@ -305,31 +299,36 @@ def follow_process_groups() -> None:
     (it waits out the collective timeout), and nothing would let a collective blocked on a frozen
     peer out at a scale-down. So both calls are wrapped, once per process (the agent's hook runs this
     in every soft-restart worker before the user's function): the init notes the sockets the group
-    opened and the world it belongs to and starts the world watcher; the destroy of the default
-    group first leaves its transport (:func:`_leave_transport`).
+    opened and the world it belongs to and starts the world watcher (:func:`_note_group`); the
+    destroy of the default group first leaves its transport (:func:`_leave_group_transport`).
     """
-    import torch.distributed as dist
-
     from rootcause_engine.upstream.torch_worker import wrap_default_group_lifecycle
 
+    wrap_default_group_lifecycle(_note_group, _leave_group_transport)
+
+
+def _note_group(init: Callable[[], None]) -> None:
+    """Make the default group (``init``) and note its sockets and world for this worker's channel."""
     channel = _this_channel()
+    before = _socket_fds()
+    init()
+    event = channel.latest()
+    with channel.lock:
+        channel.transport_fds = _socket_fds() - before
+        if event is not None and event.worker_state is WorkerState.HEALTHY and event.worker_info is not None:
+            channel.version = event.worker_info.world_version
+    _ensure_world_watcher(channel)
 
-    def around_init(init: Callable[[], None]) -> None:
-        before = _socket_fds()
-        init()
-        event = channel.latest()
+
+def _leave_group_transport() -> None:
+    """Before the default group is destroyed: leave its transport (NCCL's abort destroys it too)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        channel = _this_channel()
         with channel.lock:
-            channel.transport_fds = _socket_fds() - before
-            if event is not None and event.worker_state is WorkerState.HEALTHY and event.worker_info is not None:
-                channel.version = event.worker_info.world_version
-        _ensure_world_watcher(channel)
-
-    def before_destroy() -> None:
-        if dist.is_initialized():
-            with channel.lock:
-                _leave_transport(channel)
-
-    wrap_default_group_lifecycle(around_init, before_destroy)
+            _leave_transport(channel)
+            channel.transport_fds = set()
 
 
 def _interrupt_collectives(channel: _Channel) -> None:
@@ -397,7 +396,7 @@ def reinitialize(
 
     channel = _this_channel()
     follow_process_groups()
-    _leave_process_group(channel)
+    _leave_process_group()
     info = get_worker_info(wait_timeout_s, newer_than=channel.version)
     dist.init_process_group(backend or default_backend(), **info.get_pg_parameters(timeout))
     with channel.lock:

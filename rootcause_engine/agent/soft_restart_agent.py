@@ -166,8 +166,10 @@ class SoftRestartLoop:
     def __call__(self, parts: AgentParts) -> RunResult:
         self.parts = parts
         job_store = parts.job_store
-        if job_store is not None and SoftWorld.running_job_nodes(job_store) is not None:
-            return self._join_running_job(job_store)
+        running = None if job_store is None else SoftWorld.join_running(job_store, self.session.worker,
+                                                                           self.session.min_nodes)
+        if running is not None:
+            return self._join_running_job(running)
         parts.rendezvous()
         if not parts.shares_rendezvous_store:
             raise RuntimeError(
@@ -181,12 +183,12 @@ class SoftRestartLoop:
         self._start_local_workers(self._healthy_events(self.world.current, None))
         return self._run()
 
-    def _join_running_job(self, job_store: object) -> RunResult:
+    def _join_running_job(self, world: SoftWorld) -> RunResult:
         """This pod arrives once the job runs (Kubernetes rescheduled a lost pod, or the job started
         with fewer pods than ``nnodes``' maximum): it skips torch's rendezvous, whose round is closed,
         takes a new node index, waits until the world has room for it, starts its workers PAUSED and
         joins as a restarted node does (the others scale up at a step boundary)."""
-        self.world = SoftWorld.join_running(job_store, self.session.worker, self.session.min_nodes)
+        self.world = world
         logger.warning("soft restart: the job is running (world %d, nodes %s): joining it as node %d",
                        self.world.current.version, self.world.current.members, self.world.node)
         self.parts.enter_running_job(self.world.node, len(self.world.current.members) + 1)

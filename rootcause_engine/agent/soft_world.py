@@ -130,12 +130,13 @@ class SoftWorld:
         return int(json.loads(store.get(_JOB))["nodes"])
 
     @classmethod
-    def join_running(cls, store: Any, name: str, min_nodes: int = 1) -> SoftWorld:
+    def join_running(cls, store: Any, name: str, min_nodes: int = 1) -> SoftWorld | None:
         """A pod arriving once the job runs: a fresh node index after every earlier one, and the
-        latest formed world as the current one (its :meth:`join` then asks for the next)."""
+        latest formed world as the current one (its :meth:`join` then asks for the next). ``None``
+        (and nothing written) when no job runs yet: the pod takes part in torch's rendezvous."""
         initial = cls.running_job_nodes(store)
         if initial is None:
-            raise RuntimeError("no soft-restart job runs in this rendezvous store")
+            return None
         node = initial - 1 + int(store.add(_ADDED, 1))
         world = cls(store, node, name, range(initial), min_nodes)
         world.current = world.latest_formed()

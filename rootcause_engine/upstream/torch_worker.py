@@ -158,17 +158,14 @@ def observe_point_to_point(observer: PointToPointObserver) -> None:
     user's call always runs. A name bound before this ran (``from torch.distributed import send``)
     keeps the unobserved function.
     """
-    import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
     for name, (peer_argument, group_peer_argument) in POINT_TO_POINT_CALLS.items():
         original = getattr(distributed_c10d, name)
         if getattr(original, _OBSERVED, False):
             continue
-        wrapper = _observed_call(name, original, peer_argument, group_peer_argument, observer)
-        for module in (distributed_c10d, dist):
-            if getattr(module, name, None) is original:
-                wrap_attribute(module, name, lambda _original, wrapper=wrapper: wrapper)
+        _replace_under_both_names(name, original, _observed_call(name, original, peer_argument, group_peer_argument,
+                                                                 observer))
 
 
 def _observed_call(
@@ -238,6 +235,15 @@ def wrap_default_group_lifecycle(
 
     for wrapper, original in ((init_process_group, init), (destroy_process_group, destroy)):
         setattr(wrapper, _WRAPPED_LIFECYCLE, True)
-        for module in (distributed_c10d, dist):
-            if getattr(module, original.__name__, None) is original:
-                wrap_attribute(module, original.__name__, lambda _original, wrapper=wrapper: wrapper)
+        _replace_under_both_names(original.__name__, original, wrapper)
+
+
+def _replace_under_both_names(name: str, original: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
+    """Put ``wrapper`` where a caller finds ``original``: ``torch.distributed.<name>`` and
+    ``distributed_c10d.<name>`` (each only where it still is ``original``)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    for module in (distributed_c10d, dist):
+        if getattr(module, name, None) is original:
+            wrap_attribute(module, name, lambda _original: wrapper)

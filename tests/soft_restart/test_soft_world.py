@@ -127,7 +127,7 @@ def test_a_pod_arriving_once_the_job_runs_joins_its_latest_world_as_a_new_node(s
     """A rescheduled pod (or a late one) finds the running job in the store, takes the next free node
     index (never a lost pod's: its verdict may still be on its way) and joins after the latest
     formed world; nodes joined later end in their own barrier, not torch's first-world one."""
-    assert SoftWorld.running_job_nodes(store) is None
+    assert SoftWorld.running_job_nodes(store) is None and SoftWorld.join_running(store, "early") is None
     zero, one = _node(store, 0), _node(store, 1)  # node 2 is lost
     zero.announce_running()
     assert SoftWorld.running_job_nodes(store) == 3
@@ -136,9 +136,10 @@ def test_a_pod_arriving_once_the_job_runs_joins_its_latest_world_as_a_new_node(s
     _in_threads(lambda: zero.next_world(10), lambda: one.next_world(10))
     assert not zero.first_world_barrier()  # a node was lost: torch's barrier would wait for it
     new = SoftWorld.join_running(store, "pod-2")
-    assert new.node == 3 and new.current.members == (0, 1) and new.current.version == 1
+    assert new is not None and new.node == 3 and new.current.members == (0, 1) and new.current.version == 1
     assert not new.first_world_barrier()
     grown = _in_threads(lambda: new.join(10), lambda: zero.next_world(10), lambda: one.next_world(10))
     assert {(w.version, w.members) for w in grown} == {(2, (0, 1, 3))}
     assert grown[0].group_rank(3) == 2 and grown[0].grew
-    assert SoftWorld.join_running(store, "late").node == 4  # the next one gets the next index
+    late = SoftWorld.join_running(store, "late")
+    assert late is not None and late.node == 4  # the next one gets the next index
