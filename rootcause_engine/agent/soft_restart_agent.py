@@ -194,8 +194,7 @@ class SoftRestartLoop:
         self.parts.enter_running_job(self.world.node, len(self.world.current.members) + 1)
         if self.world.job_finished():
             logger.warning("soft restart: the training already finished: nothing to join")
-            with self.session.lock:
-                self.session.finished_while_restarting_ns = time.time_ns()
+            self._note_finished_without_this_node()
             return self.parts.finished_without_results()
         self._wait_for_room()
         try:
@@ -332,11 +331,15 @@ class SoftRestartLoop:
     def _finished_elsewhere(self) -> RunResult:
         """The training ended while this node restarted: its workers are not needed any more."""
         logger.warning("soft restart: the training finished while this node restarted; stopping its workers")
-        with self.session.lock:
-            self.session.finished_while_restarting_ns = time.time_ns()
+        self._note_finished_without_this_node()
         self.parts.stop_workers()
         self._exit_barrier()
         return self.parts.finished_without_results()
+
+    def _note_finished_without_this_node(self) -> None:
+        """For the history (the log and the Deck): the training ended while this node was not in the world."""
+        with self.session.lock:
+            self.session.finished_while_restarting_ns = time.time_ns()
 
     def _wait_until_ready(self) -> RunResult | None:
         """Wait until every restarted worker waits for a world; the poll's result if they ended first."""
