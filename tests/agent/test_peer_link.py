@@ -31,8 +31,9 @@ VERDICT_WAIT_S = 30.0
 #: A few dozen heartbeats: long enough for a wrong verdict to show, on a busy machine too.
 QUIET_S = 2.0
 
-#: The watched pod: the last rank (of 2 unless argv says), with its own PeerWatch; on stdin, "finish" says it is done and
-#: exits, "fork" starts a forked child that outlives the pod; it prints "ready" once joined.
+#: The watched pod: the last rank (of 2 unless argv says), with its own PeerWatch; on stdin, "finish"
+#: says it is done and exits, "fork" starts a forked child that outlives the pod; it prints "ready"
+#: once joined.
 _POD = """
 import datetime, os, sys, time
 from torch.distributed import TCPStore
