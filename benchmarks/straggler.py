@@ -1,14 +1,18 @@
 """Benchmark of the straggler pre-check on simulated nodes under CPU load (run by hand; prints a table).
 
-    .venv/bin/python benchmarks/straggler.py [--nodes 3 4 6] [--load 2] [--runs 200] [--slow-runs 20]
-        [--save runs.json] | --replay runs.json [--threshold 1.3]
+    .venv/bin/python benchmarks/straggler.py [--nodes 3 4 6] [--load 2] [--runs 150] [--slow-runs 20]
+        [--first-checks 50] [--save runs.json] | --replay runs.json [--threshold 1.3]
 
 For each node count, ONE simulated cluster (one torch elastic agent process per node, c10d on
 127.0.0.1, gloo, one CPU worker per node, all on this machine's cores) runs ``runs`` homogeneous
 checks and then ``slow-runs`` checks with one node given a simulated device 1.5x slower
 (``simulate.slow_device``; a different node each time), back to back, with default settings.
-``--load N`` starts N busy processes (pure-Python spin loops) that compete for the CPU for the
-whole measurement, and stops them at the end; they run on any CPU.
+``--first-checks N`` also launches N fresh clusters per node count, each running one homogeneous
+check with spawned workers (kfpytorch's default start method) right after its rendezvous: the
+check a task runs, on processes that have just started (cold caches, lazy initialisation, the other
+nodes' start-up still competing for the CPU). ``--load N`` starts N busy processes (pure-Python spin
+loops) that compete for the CPU for the whole measurement, and stops them at the end; they run on
+any CPU.
 ``--cpus`` (default ``0``) pins every simulated node to the same CPU(s), so that equal nodes have
 equal hardware: on the 2-vCPU development VM a vCPU computes the same trial in 28 ms of CPU time or
 in 40 ms, depending on the host's other work, for seconds at a time and not the same on both vCPUs
@@ -63,6 +67,7 @@ class Run:
     load: int
     slow_pod: str | None
     report: StragglerReport
+    first: bool = False  # the first check after a fresh launch (else one of a back-to-back series)
 
 
 @contextmanager
@@ -91,6 +96,22 @@ def measure(nodes: int, load: int, runs: int, slow_runs: int, cpus: frozenset[in
     reports = outcomes[0].reports  # every worker holds the same (broadcast) report
     pods: list[str | None] = [None] * runs + [pod_name_of(i) for i in slow]
     return [Run(nodes, load, pod, report) for pod, report in zip(pods, reports, strict=True)]
+
+
+def first_checks(nodes: int, load: int, launches: int, cpus: frozenset[int] | None = None) -> list[Run]:
+    """``launches`` fresh clusters of ``nodes``, one homogeneous check each, spawned workers."""
+    runs = []
+    cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), cpus=cpus, start_method="spawn")
+    with cpu_load(load), tempfile.TemporaryDirectory(prefix="straggler-bench-first-") as tmp:
+        for launch in range(launches):
+            outcomes = run_cluster(cluster, Path(tmp) / str(launch), timeout_s=900)
+            failed = [o for o in outcomes if o.returncode != 0]
+            if failed:
+                sys.exit(f"{nodes} nodes, launch {launch}: agent {failed[0].pod} exited {failed[0].returncode}:\n"
+                         f"{failed[0].log[-4000:]}")
+            (report,) = outcomes[0].reports
+            runs.append(Run(nodes, load, None, report, first=True))
+    return runs
 
 
 def node_times(node: NodeResult, rank: int | None = None) -> NodeTimes:
@@ -163,13 +184,13 @@ def resampled(runs: list[Run], count: int, threshold: float, seed: int = 0) -> s
 def table(runs: list[Run], threshold: float | None) -> str:
     """One row per (nodes, load): runs, false-positive runs, detection at 1.5x, check wall time."""
     header = (
-        f"{'nodes':>5} {'load':>4} {'runs':>5} {'FP runs':>8} {'1.5x found':>11} {'check s median':>15} "
-        f"{'max':>6} {'top healthy score':>18} {'lowest slow score':>18}"
+        f"{'nodes':>5} {'load':>4} {'runs':>5} {'first':>5} {'FP runs':>8} {'FP first':>8} {'1.5x found':>11} "
+        f"{'check s median':>15} {'max':>6} {'top healthy score':>18} {'lowest slow score':>18}"
     )
     lines = [header]
     for key in sorted({(r.nodes, r.load) for r in runs}):
         cell = [r for r in runs if (r.nodes, r.load) == key]
-        fp = found = slowed = 0
+        fp = fp_first = found = slowed = 0
         healthy_top, slow_low = 0.0, float("inf")
         for r in cell:
             if threshold is None:
@@ -177,6 +198,7 @@ def table(runs: list[Run], threshold: float | None) -> str:
             else:
                 flagged = redecide(r.report, threshold)
             fp += bool(flagged - {r.slow_pod})
+            fp_first += r.first and bool(flagged)
             if r.slow_pod is not None:
                 slowed += 1
                 found += r.slow_pod in flagged
@@ -187,7 +209,8 @@ def table(runs: list[Run], threshold: float | None) -> str:
                     healthy_top = max(healthy_top, n.compute_score or 0.0)
         walls = [r.report.wall_time_s for r in cell]
         lines.append(
-            f"{key[0]:>5} {key[1]:>4} {len(cell):>5} {fp:>8} {f'{found}/{slowed}':>11} "
+            f"{key[0]:>5} {key[1]:>4} {len(cell):>5} {sum(r.first for r in cell):>5} {fp:>8} {fp_first:>8} "
+            f"{f'{found}/{slowed}':>11} "
             f"{statistics.median(walls):>15.2f} {max(walls):>6.2f} {healthy_top:>18.2f} {slow_low:>18.2f}"
         )
     return "\n".join(lines)
@@ -197,7 +220,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[3, 4, 6])
     parser.add_argument("--load", type=int, default=2, help="busy processes competing for the CPU")
-    parser.add_argument("--runs", type=int, default=200, help="homogeneous checks per node count")
+    parser.add_argument("--runs", type=int, default=150, help="homogeneous checks back to back per node count")
+    parser.add_argument("--first-checks", type=int, default=50,
+                        help="fresh launches per node count, each one homogeneous check (spawned workers)")
     parser.add_argument("--slow-runs", type=int, default=20, help=f"checks with one node {SLOW_FACTOR}x slow")
     parser.add_argument("--save", type=Path, help="write every measured report here (JSON)")
     parser.add_argument("--replay", type=Path, help="decide again on the reports saved by --save; measure nothing")
@@ -212,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cpus = None if args.cpus == "any" else frozenset(int(c) for c in args.cpus.split(","))
     if args.replay:
         saved = json.loads(args.replay.read_text())
-        runs = [Run(r["nodes"], r["load"], r["slow_pod"], report_from_dict(r["report"])) for r in saved]
+        runs = [Run(r["nodes"], r["load"], r["slow_pod"], report_from_dict(r["report"]), r.get("first", False))
+                for r in saved]
         threshold = args.threshold or StragglerCheck().threshold
         print(table(runs, threshold))
         if args.resample:
@@ -220,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     runs = []
     for n in args.nodes:
+        started = time.perf_counter()
+        runs += first_checks(n, args.load, args.first_checks, cpus)
+        print(f"{n} nodes: {args.first_checks} first checks in {time.perf_counter() - started:.0f} s", flush=True)
+        if args.save:
+            args.save.write_text(json.dumps([dataclasses.asdict(r) for r in runs]))
         started = time.perf_counter()
         runs += measure(n, args.load, args.runs, args.slow_runs, cpus)
         print(f"{n} nodes: {args.runs + args.slow_runs} checks in {time.perf_counter() - started:.0f} s", flush=True)
