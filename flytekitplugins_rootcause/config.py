@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from flytekitplugins.kfpytorch.task import Elastic
 
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S, liveness_problem
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
+from rootcause_engine.settings import RESTART_POLICIES as RESTART_POLICIES
+from rootcause_engine.settings import check_settings
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.straggler.settings import StragglerCheck
@@ -43,10 +45,6 @@ DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
 #: TORCH_NCCL_ASYNC_ERROR_HANDLING=1: on a collective error or timeout, abort the communicator and
 #: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
 DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
-
-#: ``restart_policy`` values: torch's own (every worker restarts), and the soft-restart RFC's
-#: ``soft-no-replace`` (only the failed node's workers restart; see flytekitplugins_rootcause.soft_restart).
-RESTART_POLICIES = ("hard", "soft")
 
 #: How long a soft world change may take: members arriving at a new world, and a restarted node's
 #: workers getting ready (their own initialisation, e.g. loading the model, included).
@@ -126,65 +124,18 @@ class ElasticRootCause(Elastic):
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
 
     def __post_init__(self) -> None:
-        if self.monitor_interval <= 0:
-            raise ValueError(f"monitor_interval must be > 0 seconds, got {self.monitor_interval!r}")
-        if self.teardown_grace_s < 0:
-            raise ValueError(f"teardown_grace_s must be >= 0 seconds, got {self.teardown_grace_s!r}")
-        if self.agent_watchdog_interval_s <= 0:
-            raise ValueError(f"agent_watchdog_interval_s must be > 0 seconds, got {self.agent_watchdog_interval_s!r}")
-        if self.agent_hang_timeout_s <= self.monitor_interval + self.teardown_grace_s:
-            raise ValueError(
-                f"agent_hang_timeout_s ({self.agent_hang_timeout_s!r}) must exceed monitor_interval + "
-                f"teardown_grace_s ({self.monitor_interval + self.teardown_grace_s:g} s): the agent needs that "
-                "long to notice a failure and tear the other workers down"
-            )
+        check_settings(self)
         if self.nccl_heartbeat_timeout_s is not None and self.nccl_heartbeat_timeout_s <= 0:
             raise ValueError(f"nccl_heartbeat_timeout_s must be > 0 seconds, got {self.nccl_heartbeat_timeout_s!r}")
         if self.nccl_async_error_handling not in (None, 0, 1, 2, 3):
             raise ValueError(
                 f"nccl_async_error_handling must be 0, 1, 2, 3 or None, got {self.nccl_async_error_handling!r}"
             )
-        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
-            raise ValueError(f"collective_timeout_s must be > 0 seconds, got {self.collective_timeout_s!r}")
-        if self.flight_recorder_entries is not None and (
-            isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
-        ):
-            raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
-        if (problem := liveness_problem(self.heartbeat_interval_s, self.lost_after_s)) is not None:
-            raise ValueError(problem)
-        _validate_restart_policy(self)
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
         _load_task_type()
-
-
-def _validate_restart_policy(config: ElasticRootCause) -> None:
-    """Refuse, before any launch, a soft restart policy the job's shape cannot support."""
-    if config.restart_policy not in RESTART_POLICIES:
-        raise ValueError(f"restart_policy must be one of {RESTART_POLICIES}, got {config.restart_policy!r}")
-    if config.soft_restart_timeout_s <= 0:
-        raise ValueError(f"soft_restart_timeout_s must be > 0 seconds, got {config.soft_restart_timeout_s!r}")
-    if config.restart_policy != "soft":
-        return
-    low, _, high = str(config.nnodes).partition(":")
-    if not high or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high) or int(low) < 1:
-        raise ValueError(
-            f'restart_policy="soft" needs nnodes as a range "min:max" (e.g. "1:2" for 2 pods that may go on '
-            f"with 1 while a failed one restarts), got nnodes={config.nnodes!r}"
-        )
-    if config.nccl_async_error_handling == 3:
-        raise ValueError(
-            'restart_policy="soft" cannot use nccl_async_error_handling=3 (SkipCleanUp): it ends the process on a '
-            "collective error, survivors included; leave the default (2 under the soft policy: abort the "
-            "communicators, keep the process)"
-        )
-    if config.max_restarts < 1:
-        raise ValueError(
-            f'restart_policy="soft" needs max_restarts >= 1 (each soft restart of a node uses one), '
-            f"got {config.max_restarts!r}"
-        )
 
 
 #: The module that defines and registers this config's task type (``ElasticRootCauseFunctionTask``).

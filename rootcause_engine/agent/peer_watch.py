@@ -121,6 +121,17 @@ _FAILURES_KEY = f"{_KEY_PREFIX}failures"
 _STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundStore:
+    """A rendezvous round's store as the peer watch holds it (a :class:`BoundedStore`), and this pod's
+    group rank, the pod count and whether this pod's agent hosts the store."""
+
+    store: Any
+    group_rank: int
+    world_size: int
+    hosts_store: bool
+
+
 class _Round:
     """One rendezvous round's store and what this agent learned in it."""
 
@@ -249,6 +260,15 @@ class PeerWatch:
         with self._lock:
             current = self._round
             return () if current is None else tuple(current.members[r] for r in sorted(current.members))
+
+    def round_store(self) -> RoundStore | None:
+        """The current round's store (every call bounded in time) and this pod's place in the round,
+        for what the pods exchange beside the watch (the agreement on one report); ``None`` before
+        the first round."""
+        current = self._current()
+        if current is None:
+            return None
+        return RoundStore(current.store, current.own.group_rank, current.world_size, current.own.hosts_store)
 
     def declared_lost(self) -> tuple[LostPeer, ...]:
         """The peers declared lost in the current round while the job was healthy (no failure yet)."""
