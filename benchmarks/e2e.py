@@ -54,13 +54,6 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from flytekitplugins_rootcause.simulation.faults import (
-    NOT_STORE_HOST_POD,
-    STORE_HOST_POD,
-    Communication,
-    Fault,
-    FaultKind,
-)
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import (
     train_2x2,
@@ -73,6 +66,13 @@ from flytekitplugins_rootcause.simulation.training import (
     train_4x2_short_timeout,
 )
 from rootcause_core.roles import rank_from_report
+from rootcause_engine.simulation.faults import (
+    NOT_STORE_HOST_POD,
+    STORE_HOST_POD,
+    Communication,
+    Fault,
+    FaultKind,
+)
 
 #: What a reader decided: the pod it names, and the global rank its report names (None: no rank).
 Verdict = tuple[str | None, int | None]

@@ -111,7 +111,7 @@ RULES = [
     ("flytekitplugins_rootcause.straggler",
      ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck",
       "flytekitplugins_rootcause.exceptions", "flytekitplugins_rootcause.simulation"),
-     ("flytekitplugins_rootcause.simulation.loopback",)),
+     ("rootcause_engine.simulation.loopback",)),
 ]
 
 

@@ -37,19 +37,20 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_rootcause.simulation.faults import (
+from rootcause_core.timestamps import from_seconds, to_seconds
+from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
+from rootcause_engine.simulation.faults import (
     CLOCK_OFFSET_VARIABLE,
     FAULT_TIME_FILE,
     FAULT_VARIABLE,
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
     SIM_DIR_VARIABLE,
+    SKEWED_CLOCK_DIR,
     Fault,
 )
-from flytekitplugins_rootcause.simulation.loopback import bound_dns_waits, free_port
-from flytekitplugins_rootcause.simulation.training import RANKS_DIR
-from rootcause_core.timestamps import from_seconds, to_seconds
-from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
+from rootcause_engine.simulation.loopback import bound_dns_waits, free_port
+from rootcause_engine.simulation.training_loop import RANKS_DIR
 
 #: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.
 _POD_CONTROLLED = (
@@ -203,8 +204,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-#: ``sitecustomize`` that skews a pod's wall clock (a folder, not a package: only ``site`` loads it).
-SKEWED_CLOCK_DIR = Path(__file__).with_name("skewed_clock")
 
 
 def _clock_env(fault: Fault | None, pod: str, env: dict[str, str]) -> dict[str, str]:

@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-from flytekitplugins_rootcause.simulation.loopback import (
+from flytekitplugins_rootcause.simulation.pytorchjob import _base_env
+from rootcause_engine.simulation.loopback import (
     LOOPBACK_RESOLVER_OPTIONS,
     RESOLVER_OPTIONS_VARIABLE,
     bound_dns_waits,
 )
-from flytekitplugins_rootcause.simulation.pytorchjob import _base_env
 
 
 def test_an_environment_without_resolver_options_gets_the_loopback_bound() -> None:
