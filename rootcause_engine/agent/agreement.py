@@ -73,7 +73,7 @@ def reach_agreement(
 
 
 def _agree(access: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float) -> AgreedReport:
-    store = access.store
+    store = access
     deadline = time.monotonic() + timeout_s
     store.call("set", _said_key(access.group_rank), word.to_json())
     words = {access.group_rank: word}
@@ -102,9 +102,9 @@ def _agree(access: RoundStore, word: PodWord, own: AgreedReport, lost: set[int],
     return decided
 
 
-def _keep_store_until_read(store: object, readers: int, deadline: float) -> None:
+def _keep_store_until_read(store: RoundStore, readers: int, deadline: float) -> None:
     """The store's host stays until ``readers`` pods read the decision (or the deadline passes)."""
     while time.monotonic() < deadline:
-        if int(store.call("add", _READ_KEY, 0)) >= readers:  # type: ignore[attr-defined]
+        if int(store.call("add", _READ_KEY, 0)) >= readers:
             return
         time.sleep(POLL_S)

@@ -123,10 +123,12 @@ _STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 @dataclasses.dataclass(frozen=True)
 class RoundStore:
-    """A rendezvous round's store as the peer watch holds it (a :class:`BoundedStore`), and this pod's
-    group rank, the pod count and whether this pod's agent hosts the store."""
+    """A rendezvous round's store as the peer watch holds it, and this pod's group rank, the pod count
+    and whether this pod's agent hosts the store. ``call(operation, *args)`` runs one store operation
+    within the watch's time bound, after any the watch has in flight (it raises what the store raises,
+    or ``StoreUnresponsive``)."""
 
-    store: Any
+    call: Callable[..., Any]
     group_rank: int
     world_size: int
     hosts_store: bool
@@ -268,7 +270,12 @@ class PeerWatch:
         current = self._current()
         if current is None:
             return None
-        return RoundStore(current.store, current.own.group_rank, current.world_size, current.own.hosts_store)
+
+        def call(operation: str, *args: Any) -> Any:
+            with self._store_lock:  # one operation at a time on the round's client, the heartbeat's included
+                return current.store.call(operation, *args)
+
+        return RoundStore(call, current.own.group_rank, current.world_size, current.own.hosts_store)
 
     def declared_lost(self) -> tuple[LostPeer, ...]:
         """The peers declared lost in the current round while the job was healthy (no failure yet)."""
