@@ -1,4 +1,4 @@
-"""End-to-end accuracy on Flyte 2: the action's ``error.pb`` with this plugin vs upstream ``flyteplugins.pytorch.Elastic``.
+"""End-to-end accuracy on Flyte 2: the action's ``error.pb``, this plugin vs upstream ``flyteplugins.pytorch``.
 
 Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds raise,sigkill,vanish]
 [--nnodes 4] [--no-baseline]`` (default: every kind of ``benchmarks/fault_kinds.py``, 2 pods).
@@ -69,7 +69,8 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool) ->
             spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, root=root / "bucket", fault=fault, **limit)
             result = run_job(spec, work_dir=root / "pods")
             named = verdict(result, ours=label == "plugin")
-            outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, result.error_document is None))
+            absent = result.error_document is None
+            outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, absent))
     cells = []
     for label in ("plugin", "baseline"):
         if not outcomes[label]:

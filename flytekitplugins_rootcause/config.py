@@ -14,29 +14,35 @@ from typing import TYPE_CHECKING
 
 from flytekitplugins.kfpytorch.task import Elastic
 
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
+from rootcause_engine.settings import (
+    DEFAULT_AGENT_HANG_TIMEOUT_S as DEFAULT_AGENT_HANG_TIMEOUT_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_AGENT_WATCHDOG_INTERVAL_S as DEFAULT_AGENT_WATCHDOG_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_FLIGHT_RECORDER_ENTRIES as DEFAULT_FLIGHT_RECORDER_ENTRIES,
+)
+from rootcause_engine.settings import (
+    DEFAULT_HEARTBEAT_INTERVAL_S as DEFAULT_HEARTBEAT_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_LOST_AFTER_S as DEFAULT_LOST_AFTER_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_MONITOR_INTERVAL_S as DEFAULT_MONITOR_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_SOFT_RESTART_TIMEOUT_S as DEFAULT_SOFT_RESTART_TIMEOUT_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_TEARDOWN_GRACE_S as DEFAULT_TEARDOWN_GRACE_S,
+)
 from rootcause_engine.settings import RESTART_POLICIES as RESTART_POLICIES
 from rootcause_engine.settings import check_settings
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.straggler.settings import StragglerCheck
-
-#: How often the agent polls its workers. kfpytorch's default (5 s) delays teardown of the surviving
-#: workers; exact failure times come from the death watcher, so this only bounds teardown latency.
-#: ``benchmarks/elastic_rootcause.py`` measures the cost of polling this often.
-DEFAULT_MONITOR_INTERVAL_S = 0.2
-
-#: Seconds between SIGTERM and SIGKILL when the agent tears down the surviving workers
-#: (torch 2.13 waits a hard-coded 30 s on the function-launch path).
-DEFAULT_TEARDOWN_GRACE_S = 5.0
-
-#: How often the agent watchdog looks for a hung agent (it only reads in-memory state and stats a
-#: few error files, so once a second costs nothing measurable).
-DEFAULT_AGENT_WATCHDOG_INTERVAL_S = 1.0
-
-#: How long after a worker failure the agent may go without finishing (torch needs one monitor
-#: interval plus one teardown grace); rendezvous and exit barrier get their own limits on top.
-DEFAULT_AGENT_HANG_TIMEOUT_S = 60.0
 
 #: NCCL's heartbeat monitor aborts a process whose NCCL watchdog thread is stuck this long
 #: (torch's default is 480 s); see docs/settings.md.
@@ -45,21 +51,6 @@ DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
 #: TORCH_NCCL_ASYNC_ERROR_HANDLING=1: on a collective error or timeout, abort the communicator and
 #: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
 DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
-
-#: How long a soft world change may take: members arriving at a new world, and a restarted node's
-#: workers getting ready (their own initialisation, e.g. loading the model, included).
-DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
-
-#: How long a peer pod may send no heartbeat while the job is healthy before it is declared lost
-#: (a frozen or partitioned node closes no socket: without this its peers wait out the collective
-#: timeout, 10 to 30 minutes), and how often the agents beat; docs/frozen_pods.md has the margin measured.
-DEFAULT_LOST_AFTER_S = SILENCE_LIMIT_S
-DEFAULT_HEARTBEAT_INTERVAL_S = HEARTBEAT_INTERVAL_S
-
-#: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
-#: a few hundred KB per process. It is what names a rank that never entered a collective.
-DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
-
 
 @dataclass
 class ElasticRootCause(Elastic):

@@ -28,7 +28,6 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it, the engine's o
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -46,7 +45,6 @@ from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRY
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.launch_session import LaunchSession, LaunchSettings
-from rootcause_engine.agent.watchdog import watchdog_settings
 from rootcause_engine.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
@@ -117,23 +115,14 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 raise _raised(diagnosis) from None
 
     def _launch_settings(self) -> LaunchSettings:
-        """The engine's view of this task's config; the endpoint is the one kfpytorch gives torch."""
-        config = self.task_config
-        return LaunchSettings(
-            teardown_grace_s=config.teardown_grace_s,
-            hang_probe=config.hang_probe,
-            lost_after_s=config.lost_after_s,
-            heartbeat_interval_s=config.heartbeat_interval_s,
-            restart_policy=config.restart_policy,
-            soft_restart_timeout_s=config.soft_restart_timeout_s,
+        """The engine's view of this task's config."""
+        return LaunchSettings.of(
+            self.task_config,
             min_nodes=int(self.min_nodes),
             max_nodes=int(self.max_nodes),
-            start_method=config.start_method,
+            start_method=self.task_config.start_method,
             rdzv_backend=self.rdzv_backend,
-            rdzv_endpoint=os.environ.get("PET_RDZV_ENDPOINT", "localhost:0"),
-            rdzv_configs=config.rdzv_configs,
-            watchdog=watchdog_settings(config),
-            environment=agent_environment(config),
+            environment=agent_environment(self.task_config),
         )
 
 

@@ -10,7 +10,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from rootcause_core.liveness import liveness_problem
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S, liveness_problem
+
+# The defaults of the root-cause settings, the same in both flavours' ``ElasticRootCause``.
+
+#: How often the agent polls its workers. kfpytorch's default (5 s) and Flyte 2 Elastic's (3 s) delay
+#: the teardown of the surviving workers; exact failure times come from the death watcher, so this
+#: only bounds teardown latency.
+#: ``benchmarks/elastic_rootcause.py`` measures the cost of polling this often.
+DEFAULT_MONITOR_INTERVAL_S = 0.2
+
+#: Seconds between SIGTERM and SIGKILL when the agent tears down the surviving workers
+#: (torch 2.13 waits a hard-coded 30 s on the function-launch path).
+DEFAULT_TEARDOWN_GRACE_S = 5.0
+
+#: How often the agent watchdog looks for a hung agent (it only reads in-memory state and stats a
+#: few error files, so once a second costs nothing measurable).
+DEFAULT_AGENT_WATCHDOG_INTERVAL_S = 1.0
+
+#: How long after a worker failure the agent may go without finishing (torch needs one monitor
+#: interval plus one teardown grace); rendezvous and exit barrier get their own limits on top.
+DEFAULT_AGENT_HANG_TIMEOUT_S = 60.0
+
+#: How long a soft world change may take: members arriving at a new world, and a restarted node's
+#: workers getting ready (their own initialisation, e.g. loading the model, included).
+DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
+
+#: How long a peer pod may send no heartbeat while the job is healthy before it is declared lost
+#: (a frozen or partitioned node closes no socket: without this its peers wait out the collective
+#: timeout, 10 to 30 minutes), and how often the agents beat; docs/frozen_pods.md has the margin measured.
+DEFAULT_LOST_AFTER_S = SILENCE_LIMIT_S
+DEFAULT_HEARTBEAT_INTERVAL_S = HEARTBEAT_INTERVAL_S
+
+#: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
+#: a few hundred KB per process. It is what names a rank that never entered a collective.
+DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
+
+
 
 #: ``restart_policy`` values: torch's own (every worker restarts), and the soft-restart RFC's
 #: ``soft-no-replace`` (only the failed node's workers restart; see ``rootcause_engine.soft_restart``).

@@ -32,17 +32,15 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
-from rootcause_core.timestamps import to_seconds
 from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
 from rootcause_engine.simulation.loopback import free_port
 from rootcause_engine.simulation.pods import (
+    FaultGroundTruth,
     Pod,
     PodResult,
     Rescheduler,
     base_env,
     clock_env,
-    injected_rank,
-    injected_worker,
     read_placement,
     start_pod,
     wait_for_pods,
@@ -94,7 +92,7 @@ class JobSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobResult:
+class JobResult(FaultGroundTruth):
     spec: JobSpec
     execution_id: str
     output_prefix: str
@@ -105,23 +103,6 @@ class JobResult:
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     timed_out: bool
     replaced: list[PodResult] = dataclasses.field(default_factory=list)  # pods lost, then rescheduled
-
-    @property
-    def injected_worker(self) -> str | None:
-        """The pod the fault was injected into (ground truth, as the faulty worker recorded it)."""
-        return injected_worker(self.sim_dir, self.spec.fault)
-
-    @property
-    def injected_rank(self) -> int | None:
-        """The global rank the rendezvous gave the faulty worker (ground truth, from the workers)."""
-        return injected_rank(self.sim_dir, self.spec.fault, self.placement)
-
-    @property
-    def fault_to_exit_s(self) -> float | None:
-        """Seconds from the fault to the last pod's exit."""
-        if self.fault_ns is None or not self.pods:
-            return None
-        return to_seconds(max(p.exited_ns for p in self.pods) - self.fault_ns)
 
 
 def serialize(task: PythonTask) -> TaskTemplate:

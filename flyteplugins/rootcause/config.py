@@ -13,23 +13,18 @@ from dataclasses import dataclass
 
 from flyteplugins.pytorch.task import Elastic
 
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
 from rootcause_engine.agent.agreement import DEFAULT_AGREEMENT_TIMEOUT_S
-from rootcause_engine.settings import check_settings
-
-#: How often the agent polls its workers: exact failure times come from the death watcher, so this
-#: only bounds how soon the survivors are ended (``benchmarks/elastic_rootcause.py`` has its cost).
-DEFAULT_MONITOR_INTERVAL_S = 0.2
-#: Seconds between SIGTERM and SIGKILL when the agent ends the surviving workers (torch's function
-#: launch waits a hard-coded 30 s).
-DEFAULT_TEARDOWN_GRACE_S = 5.0
-#: How often the agent watchdog looks, and how long the agent may go without finishing after a
-#: worker failed before the watchdog reports for it and ends the pod (``docs/teardown_watchdog.md``).
-DEFAULT_AGENT_WATCHDOG_INTERVAL_S = 1.0
-DEFAULT_AGENT_HANG_TIMEOUT_S = 60.0
-#: Flight Recorder ring size (collectives remembered per process): what names a rank that never
-#: entered a collective.
-DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
+from rootcause_engine.settings import (
+    DEFAULT_AGENT_HANG_TIMEOUT_S,
+    DEFAULT_AGENT_WATCHDOG_INTERVAL_S,
+    DEFAULT_FLIGHT_RECORDER_ENTRIES,
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_LOST_AFTER_S,
+    DEFAULT_MONITOR_INTERVAL_S,
+    DEFAULT_SOFT_RESTART_TIMEOUT_S,
+    DEFAULT_TEARDOWN_GRACE_S,
+    check_settings,
+)
 
 
 @dataclass
@@ -72,9 +67,9 @@ class ElasticRootCause(Elastic):
     hang_probe: bool = True
     flight_recorder_entries: int | None = DEFAULT_FLIGHT_RECORDER_ENTRIES
     restart_policy: str = "hard"
-    soft_restart_timeout_s: float = 300.0
-    lost_after_s: float | None = SILENCE_LIMIT_S
-    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
+    lost_after_s: float | None = DEFAULT_LOST_AFTER_S
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     agreement_timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S
 
     def __post_init__(self) -> None:

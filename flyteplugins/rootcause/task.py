@@ -46,9 +46,8 @@ from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.failure_sink import failure_sink
-from rootcause_engine.agent.launch_session import LaunchSession, LaunchSettings
+from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
 from rootcause_engine.agent.peer_watch import PeerWatch
-from rootcause_engine.agent.watchdog import watchdog_settings
 from rootcause_engine.worker.process_settings import WorkerProcessSettings, agent_environment, before_user_function
 from rootcause_engine.worker.recorder import RecordingTaskFunction
 
@@ -115,7 +114,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             nproc_per_node=config.nproc_per_node,
             rdzv_backend=config.rdzv_backend,
             rdzv_configs=config.rdzv_configs,
-            rdzv_endpoint=os.environ.get("PET_RDZV_ENDPOINT", "localhost:0"),
+            rdzv_endpoint=os.environ.get(RENDEZVOUS_ENDPOINT_VARIABLE, "localhost:0"),
             max_restarts=config.max_restarts,
             monitor_interval=config.monitor_interval,
             start_method=START_METHOD,
@@ -123,22 +122,13 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
 
     def _launch_settings(self) -> LaunchSettings:
         """The engine's view of this task's config."""
-        config = self.plugin_config
-        return LaunchSettings(
-            teardown_grace_s=config.teardown_grace_s,
-            hang_probe=config.hang_probe,
-            lost_after_s=config.lost_after_s,
-            heartbeat_interval_s=config.heartbeat_interval_s,
-            restart_policy=config.restart_policy,
-            soft_restart_timeout_s=config.soft_restart_timeout_s,
+        return LaunchSettings.of(
+            self.plugin_config,
             min_nodes=int(self.min_nodes),
             max_nodes=int(self.max_nodes),
             start_method=START_METHOD,
-            rdzv_backend=config.rdzv_backend,
-            rdzv_endpoint=os.environ.get("PET_RDZV_ENDPOINT", "localhost:0"),
-            rdzv_configs=config.rdzv_configs,
-            watchdog=watchdog_settings(config),
-            environment=agent_environment(_EngineEnvironment.of(config)),
+            rdzv_backend=self.plugin_config.rdzv_backend,
+            environment=agent_environment(_EngineEnvironment.of(self.plugin_config)),
         )
 
     async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis) -> Exception:

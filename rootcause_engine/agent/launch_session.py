@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -48,12 +49,15 @@ from rootcause_engine.agent.soft_restart_agent import (
 )
 from rootcause_engine.agent.store_keeper import stores_kept
 from rootcause_engine.agent.torch_log_format import exceptions_preformatted
-from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings
+from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_agent_loop import launcher_agent_with_loop
 from rootcause_engine.worker.process_settings import applied_environment
 
 logger = logging.getLogger(__name__)
+
+#: Where the training operator puts the rendezvous endpoint (both front-ends hand it to torch).
+RENDEZVOUS_ENDPOINT_VARIABLE = "PET_RDZV_ENDPOINT"
 
 #: SIGTERM to SIGKILL for workers ended because a peer pod is lost: they wait in a collective for a
 #: pod that will never answer, so a SIGTERM handler of theirs (forked workers inherit the agent's)
@@ -87,6 +91,36 @@ class LaunchSettings:
     watchdog: WatchdogSettings | None
     #: variables set in the agent's environment for the launch where unset (``process_settings``)
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        config: Any,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        start_method: str,
+        rdzv_backend: str,
+        environment: Mapping[str, str],
+    ) -> LaunchSettings:
+        """The settings of either front-end's ``ElasticRootCause`` (both carry the root-cause fields
+        and ``rdzv_configs``); the rendezvous endpoint is the one the training operator gives the pod."""
+        return cls(
+            teardown_grace_s=config.teardown_grace_s,
+            hang_probe=config.hang_probe,
+            lost_after_s=config.lost_after_s,
+            heartbeat_interval_s=config.heartbeat_interval_s,
+            restart_policy=config.restart_policy,
+            soft_restart_timeout_s=config.soft_restart_timeout_s,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            start_method=start_method,
+            rdzv_backend=rdzv_backend,
+            rdzv_endpoint=os.environ.get(RENDEZVOUS_ENDPOINT_VARIABLE, "localhost:0"),
+            rdzv_configs=config.rdzv_configs,
+            watchdog=watchdog_settings(config),
+            environment=environment,
+        )
 
 
 class LaunchSession:

@@ -16,8 +16,9 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rootcause_core.timestamps import from_seconds
+from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
 from rootcause_engine.simulation.faults import CLOCK_OFFSET_VARIABLE, FAULTY_POD_FILE, SKEWED_CLOCK_DIR, Fault
 from rootcause_engine.simulation.loopback import bound_dns_waits
@@ -171,6 +172,34 @@ def injected_rank(sim_dir: Path, fault: Fault | None, placement: dict[int, tuple
     where = (injected_worker(sim_dir, fault), fault.local_rank)
     ranks = [rank for rank, placed in placement.items() if placed == where]
     return ranks[0] if ranks else None
+
+
+class FaultGroundTruth:
+    """What a simulated job's result knows of its fault, from what the workers left (a mixin of each
+    simulator's ``JobResult``: it has ``spec.fault``, ``sim_dir``, ``placement``, ``pods``, ``fault_ns``)."""
+
+    spec: Any
+    sim_dir: Path
+    placement: dict[int, tuple[str, int]]
+    pods: list[PodResult]
+    fault_ns: int | None
+
+    @property
+    def injected_worker(self) -> str | None:
+        """The pod the fault was injected into (ground truth, as the faulty worker recorded it)."""
+        return injected_worker(self.sim_dir, self.spec.fault)
+
+    @property
+    def injected_rank(self) -> int | None:
+        """The global rank the rendezvous gave the faulty worker (ground truth, from the workers)."""
+        return injected_rank(self.sim_dir, self.spec.fault, self.placement)
+
+    @property
+    def fault_to_exit_s(self) -> float | None:
+        """Seconds from the fault to the last pod's exit."""
+        if self.fault_ns is None or not self.pods:
+            return None
+        return to_seconds(max(p.exited_ns for p in self.pods) - self.fault_ns)
 
 
 #: Starts (or restarts) the pod of a name with its log at a path.

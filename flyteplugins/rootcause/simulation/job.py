@@ -26,16 +26,14 @@ from flyte.models import SerializationContext
 from flyteidl2.core import execution_pb2
 from flyteidl2.task import common_pb2
 
-from rootcause_core.timestamps import to_seconds
 from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
 from rootcause_engine.simulation.loopback import free_port
 from rootcause_engine.simulation.pods import (
+    FaultGroundTruth,
     Pod,
     PodResult,
     base_env,
     clock_env,
-    injected_rank,
-    injected_worker,
     read_placement,
     start_pod,
     wait_for_pods,
@@ -62,7 +60,7 @@ class JobSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobResult:
+class JobResult(FaultGroundTruth):
     spec: JobSpec
     run_name: str
     output_prefix: Path
@@ -81,21 +79,6 @@ class JobResult:
         document = execution_pb2.ErrorDocument()
         document.ParseFromString(path.read_bytes())
         return document
-
-    @property
-    def injected_worker(self) -> str | None:
-        return injected_worker(self.sim_dir, self.spec.fault)
-
-    @property
-    def injected_rank(self) -> int | None:
-        return injected_rank(self.sim_dir, self.spec.fault, self.placement)
-
-    @property
-    def fault_to_exit_s(self) -> float | None:
-        """Seconds from the fault to the last pod's exit."""
-        if self.fault_ns is None or not self.pods:
-            return None
-        return to_seconds(max(p.exited_ns for p in self.pods) - self.fault_ns)
 
 
 def container_args(task: TaskTemplate, values: dict[str, str]) -> list[str]:
