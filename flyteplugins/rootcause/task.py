@@ -146,12 +146,8 @@ def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunct
     the agent watchdog hands the failure sink before it ends the pod)."""
     if not diagnosis.failures:
         return AgentHungError(diagnosis)
-    agreed = reach_agreement(
-        peers,
-        PodWord.of(current_worker_name(), diagnosis),
-        timeout_s=task.plugin_config.agreement_timeout_s,
-        silent=(peer.group_rank for peer in diagnosis.lost_peers),
-    )
+    word = PodWord.of(current_worker_name(), diagnosis)
+    agreed = reach_agreement(peers, word, timeout_s=task.plugin_config.agreement_timeout_s)
     return root_cause_error(agreed)
 
 

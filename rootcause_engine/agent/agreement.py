@@ -56,15 +56,14 @@ def reach_agreement(
 ) -> AgreedReport:
     """The report every failing pod of the job writes (see the module docstring).
 
-    ``silent``: group ranks not to wait for, besides the peers the watch declared lost (e.g. the
-    ones this pod's diagnosis found lost). Never raises for the store's sake.
+    The pods not waited for: the peers the watch declared lost, the ones this pod's diagnosis found
+    lost (``word.lost_peers``) and ``silent`` (group ranks). Never raises for the store's sake.
     """
     own = agreed_report([word])
     access = peers.round_store()
     if access is None or access.world_size < 2:
         return own
-    lost = {peer.group_rank for peer in peers.declared_lost()} | set(silent)
-    lost |= {member.group_rank for member in peers.members() if member.worker in {p.worker for p in word.lost_peers}}
+    lost = {peer.group_rank for peer in (*peers.declared_lost(), *word.lost_peers)} | set(silent)
     try:
         return _agree(access, word, own, lost, timeout_s)
     except _STORE_ERRORS as error:
