@@ -12,6 +12,7 @@ import time
 
 from torch.distributed import TCPStore
 
+from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -86,3 +87,17 @@ def test_a_pod_that_cannot_reach_the_store_writes_its_own_word_without_raising()
         cut_off.close()
     assert report.testified == ("pod-1",) and report.message.startswith("[root cause] rank 3 ")
     assert waited < 15
+
+
+def test_a_pod_does_not_wait_for_a_peer_its_diagnosis_found_lost() -> None:
+    store = server()
+    survivor = pod("pod-0", store, 0, 2, hosts_store=True)
+    word = PodWord("pod-0", (VICTIM_0,), (LostPeer(1, "pod-1", None),))
+    try:
+        started = time.monotonic()
+        report = reach_agreement(survivor, word, timeout_s=60.0)
+        waited = time.monotonic() - started
+    finally:
+        survivor.close()
+    assert report.message.startswith("[lost pod] ") and report.worker == "pod-1"
+    assert waited < 30  # far below the 60 s bound: nobody was waited for
