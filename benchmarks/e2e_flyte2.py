@@ -12,7 +12,8 @@ action's ``error.pb``, the one file Flyte 2's backend reads, whatever pod wrote 
 - **this plugin**: the pod and rank on the agreed report's first marked line;
 - **upstream Elastic**: ``ContainerError`` names no pod, so the first rank its ``RuntimeError``
   lists, and the pod the rendezvous gave that rank; a missing ``error.pb`` (a pod force-exited by
-  the zombie watchdog writes none) is wrong.
+  the zombie watchdog writes none) or a torn one (pods writing different bytes to the one local
+  file at once) is wrong, and counted as such.
 
 A trial is correct when the named pod is the faulty one and the named rank the faulty rank (for a
 vanished or frozen pod, the pod alone). Printed per kind: the share correct and the median/p90 time
@@ -61,7 +62,7 @@ def is_right(named: Verdict, result: JobResult, kind: str) -> bool:
 def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool) -> None:
     plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
     runs = [("plugin", plugin_task)] + ([("baseline", baseline_task)] if baseline else [])
-    outcomes: dict[str, list[tuple[bool, float | None, bool]]] = {"plugin": [], "baseline": []}
+    outcomes: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task in runs:
@@ -69,18 +70,17 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool) ->
             spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, root=root / "bucket", fault=fault, **limit)
             result = run_job(spec, work_dir=root / "pods")
             named = verdict(result, ours=label == "plugin")
-            absent = result.error_document is None
-            outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, absent))
+            outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, result.error_pb))
     cells = []
     for label in ("plugin", "baseline"):
         if not outcomes[label]:
             cells.append("not run")
             continue
         ok = sum(correct for correct, _, _ in outcomes[label])
-        missing = sum(absent for _, _, absent in outcomes[label])
+        states = [state for _, _, state in outcomes[label]]
+        bad = "".join(f", {states.count(state)} {state}" for state in ("missing", "torn") if state in states)
         times = [t for _, t, _ in outcomes[label] if t is not None]
-        none = f", {missing} without error.pb" if missing else ""
-        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%){none}, {quantiles(times)}")
+        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%){bad}, {quantiles(times)}")
     print(f"{kind:<20} {cells[0]:>42} {cells[1]:>42}", flush=True)
 
 

@@ -61,7 +61,8 @@ def main(kind: str, pod_index: int, local_rank: int, upstream: bool, output_dir:
     click.echo(f"All pods exited after {time.monotonic() - started:.1f} s{late}")
     document = result.error_document
     if document is None:
-        click.echo("No error.pb was written: the action's failure would show no message.")
+        why = "was written" if result.error_pb == "missing" else "could be read (the pods' writes tore it)"
+        click.echo(f"No error.pb {why}: the action's failure would show no message.")
         sys.exit(1)
     error = document.error
     click.echo(f"error.pb: code {error.code}, kind {execution_pb2.ContainerError.Kind.Name(error.kind)}")

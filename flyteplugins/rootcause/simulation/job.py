@@ -25,6 +25,7 @@ from flyte._task import TaskTemplate
 from flyte.models import SerializationContext
 from flyteidl2.core import execution_pb2
 from flyteidl2.task import common_pb2
+from google.protobuf.message import DecodeError
 
 from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
 from rootcause_engine.simulation.loopback import free_port
@@ -71,13 +72,25 @@ class JobResult(FaultGroundTruth):
     timed_out: bool
 
     @property
-    def error_document(self) -> execution_pb2.ErrorDocument | None:
-        """The action's ``error.pb`` (what the backend reads), ``None`` when no pod wrote one."""
+    def error_pb(self) -> str:
+        """``written``, ``missing`` (no pod wrote one) or ``torn`` (unreadable: pods wrote different
+        bytes to the one local file at once; an object store's put replaces the whole object)."""
         path = self.output_prefix / "error.pb"
         if not path.exists():
+            return "missing"
+        try:
+            execution_pb2.ErrorDocument().ParseFromString(path.read_bytes())
+        except DecodeError:
+            return "torn"
+        return "written"
+
+    @property
+    def error_document(self) -> execution_pb2.ErrorDocument | None:
+        """The action's ``error.pb`` (what the backend reads); ``None`` when it is missing or torn."""
+        if self.error_pb != "written":
             return None
         document = execution_pb2.ErrorDocument()
-        document.ParseFromString(path.read_bytes())
+        document.ParseFromString((self.output_prefix / "error.pb").read_bytes())
         return document
 
 
