@@ -1,6 +1,7 @@
 """Soft vs hard restarts of a simulated 2-pod x 2-worker PyTorchJob (spawned workers): what the survivors pay.
 
-Run by hand: ``.venv/bin/python -m benchmarks.soft_restart [--trials 10] [--init-s 3] [--steps 80]``.
+Run by hand: ``.venv/bin/python -m benchmarks.soft_restart [--trials 10] [--init-s 3] [--steps 80]
+[--cases lost,frozen]``.
 
 Each trial runs the simulator's soft-restart training task (``simulation/soft_training.py``, spawned
 workers as kfpytorch starts them: every worker sleeps ``--init-s`` first, standing in for loading a
@@ -12,7 +13,12 @@ model, then trains ``--steps`` steps of ``--step-s``). Two faults, at step ``--f
   (``get_worker_event``, ``get_worker_info``, torch's own init and destroy).
 - ``lost``: pod 1 vanishes (every process SIGKILLed, as a lost node), and the simulator creates
   it again 1 s later, as the training operator does. Soft only: the peer watch declares it lost,
-  the survivors scale down; the new pod joins the running job, the survivors scale up.
+  the survivors scale down; the new pod joins the running job, the survivors scale up. The job
+  trains ``--lost-steps`` steps, so that the new pod's start comes before the training's end.
+- ``frozen``: every process of pod 1 is SIGSTOPped (a node that froze, lost power or was cut off:
+  its sockets stay open, nothing answers). Soft only: the peer watch declares it lost after the
+  silence limit (``lost_after_s``, 5 s), the survivors go on without it to the end (nobody replaces
+  a node that is not known to be gone); the frozen pod is killed when the job is over.
 - ``ends``: as ``failure``, but the restarted workers load for ``--ends-init-s`` and the training
   ends ``--ends-steps-after`` steps after the fault, before they are ready: the job must succeed.
 
@@ -54,7 +60,8 @@ from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
 
 RESCHEDULE_AFTER_S = 1.0
 #: (case, policy) pairs run per trial, in order
-RUNS = (("failure", "hard"), ("failure", "soft"), ("failure-rfc", "soft"), ("lost", "soft"), ("ends", "soft"))
+RUNS = (("failure", "hard"), ("failure", "soft"), ("failure-rfc", "soft"), ("lost", "soft"), ("frozen", "soft"),
+        ("ends", "soft"))
 METRICS = (
     ("gap_at_failure_s", "survivors' gap at the fault (s)"),
     ("gap_at_scale_up_s", "survivors' gap at the scale-up (s)"),
@@ -74,7 +81,12 @@ def _run(case: str, policy: str, args: argparse.Namespace, work_dir: Path) -> tu
     inputs: dict[str, Any] = {"steps": args.steps, "init_s": args.init_s, "step_s": args.step_s,
                               "fail_step": args.fail_step, "fail_local_rank": 1}
     if case == "lost":  # the pod lost must not host the rendezvous store (the soft policy's limit)
-        inputs.update(fail_pod=NOT_STORE_HOST_POD, fail_kind="vanish", finish_after_scale_up=True)
+        # long enough for the new pod to start (a pod's start-up, then its workers' --init-s) while
+        # the survivors train: its scale-up then comes between two steps, as on a cluster
+        inputs.update(fail_pod=NOT_STORE_HOST_POD, fail_kind="vanish", finish_after_scale_up=True,
+                      steps=args.lost_steps)
+    elif case == "frozen":
+        inputs.update(fail_pod=NOT_STORE_HOST_POD, fail_kind="freeze")
     else:
         inputs["fail_pod"] = "train-worker-1"
     if case == "failure-rfc":
@@ -96,7 +108,9 @@ def _run(case: str, policy: str, args: argparse.Namespace, work_dir: Path) -> tu
             os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
         else:
             os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = previous
-    if result.timed_out or any(pod.returncode != 0 for pod in result.pods):
+    # a frozen pod never ends by itself: the simulator kills it once the others are done
+    judged = [pod for pod in result.pods if not (case == "frozen" and pod.name == result.injected_worker)]
+    if result.timed_out or any(pod.returncode != 0 for pod in judged):
         raise RuntimeError(f"{case} {policy} trial failed; logs in {result.sim_dir}")
     return result, total
 
@@ -156,13 +170,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--step-s", type=float, default=0.1)
     parser.add_argument("--fail-step", type=int, default=10)
+    parser.add_argument("--lost-steps", type=int, default=200)
     parser.add_argument("--ends-init-s", type=float, default=8.0)
     parser.add_argument("--ends-steps-after", type=int, default=20)
+    parser.add_argument("--cases", default=",".join(sorted({case for case, _ in RUNS})),
+                        help="comma-separated cases to run (default: all)")
     args = parser.parse_args()
-    results: dict[tuple[str, str], list[dict[str, float]]] = {run: [] for run in RUNS}
+    cases = set(args.cases.split(","))
+    unknown = cases - {case for case, _ in RUNS}
+    if unknown:
+        parser.error(f"unknown cases: {', '.join(sorted(unknown))}")
+    runs = tuple(run for run in RUNS if run[0] in cases)
+    results: dict[tuple[str, str], list[dict[str, float]]] = {run: [] for run in runs}
     tmp = tempfile.mkdtemp(prefix="bench-soft-restart-")  # kept when a trial fails: its pod logs are there
     for trial in range(args.trials):
-        for case, policy in RUNS:
+        for case, policy in runs:
             work_dir = Path(tmp) / f"{case}-{policy}-{trial}"
             work_dir.mkdir()
             results[(case, policy)].append(_trial(case, policy, args, work_dir))
@@ -172,10 +194,10 @@ def main() -> None:
     print(f"\n2 pods x 2 spawned workers, init {args.init_s:g} s per worker start, {args.steps} steps of "
           f"{args.step_s:g} s, fault at step {args.fail_step}; every trial succeeded; medians (max) of "
           f"{args.trials} trials")
-    print(f"{'':36} " + " ".join(f"{f'{case} {policy}':>20}" for case, policy in RUNS))
+    print(f"{'':36} " + " ".join(f"{f'{case} {policy}':>20}" for case, policy in runs))
     for key, label in METRICS:
         cells = []
-        for run in RUNS:
+        for run in runs:
             values = [r[key] for r in results[run]]
             finite = [v for v in values if v == v]
             cells.append(f"{_median(values):8.2f} ({max(finite):6.2f})" if finite else f"{'-':>17}")

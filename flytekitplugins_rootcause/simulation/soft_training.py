@@ -246,11 +246,12 @@ def soft_train_2x2_spawned(steps: int = 12, init_s: float = 0.0, step_s: float =
 def soft_train_3x1_spawned(steps: int = 12, init_s: float = 0.0, step_s: float = 0.05, fail_pod: str = "",
                            fail_local_rank: int = 0, fail_step: int = 4, fail_again: bool = False,
                            init_until_scale_down: bool = False, fail_kind: str = "raise",
-                           finish_after_scale_up: bool = False, loop: str = "helpers") -> float:
+                           finish_after_scale_up: bool = False, loop: str = "helpers",
+                           restart_init_s: float = 0.0) -> float:
     """3 pods x 1 spawned worker (kfpytorch's default start method), ``nnodes="2:3"``."""
     return run_soft_training(steps, init_s, step_s, fail_pod, fail_local_rank, fail_step, fail_again,
                              init_until_scale_down, fail_kind=fail_kind, finish_after_scale_up=finish_after_scale_up,
-                             loop=loop)
+                             loop=loop, restart_init_s=restart_init_s)
 
 
 @task(task_config=ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="hard"))

@@ -56,10 +56,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from torch.distributed import PrefixStore, TCPStore
+
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
 from rootcause_core.testimony import LostPeer, Member, member_from_entry
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
+from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
@@ -81,6 +84,10 @@ _KEY_PREFIX = "rootcause/"
 
 def _member_key(group_rank: int) -> str:
     return f"{_KEY_PREFIX}member/{group_rank}"
+
+
+def _link_key(group_rank: int) -> str:
+    return f"{_KEY_PREFIX}link/{group_rank}"
 
 
 def _alive_key(group_rank: int) -> str:
@@ -143,6 +150,7 @@ class _Round:
         self.own = own
         self.members: dict[int, Member] = {own.group_rank: own}
         self.stop = threading.Event()
+        self.wake = threading.Event()  # the heartbeat thread's sleep ends early (stopped, a link closed)
         self.store_answered_ns: int | None = None  # the store's host was alive then (this pod's clock)
         self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
         self.verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
@@ -151,6 +159,7 @@ class _Round:
         self.watched: int | None = None
         self.watched_beat: bytes | None = None
         self.watched_since = time.monotonic()
+        self.link: PeerLink | None = None  # this pod's connection to the watched successor's agent
         self.store_silent_since: float | None = None  # the store stopped answering then
         self.members_looked_at = float("-inf")  # when the member entries were last looked for
         #: the group ranks whose entries are still to be read, in chunks checked (and read) as one,
@@ -174,17 +183,21 @@ class PeerWatch:
         lost_after_s: float = LOST_AFTER_S,
         silence_limit_s: float | None = SILENCE_LIMIT_S,
         store_timeout_s: float | None = None,
+        links: bool = True,
     ) -> None:
         """``lost_after_s``: how long the failure path watches for a peer's heartbeat (a suspicion is
         already there); ``silence_limit_s``: how long a healthy job's peer may be silent before it is
         declared lost (``None``: no liveness watch while healthy); ``store_timeout_s``: the deadline
-        of each store operation (default: ``silence_limit_s``, else 30 s)."""
+        of each store operation (default: ``silence_limit_s``, else 30 s); ``links``: also hold a
+        connection to the watched peer (:mod:`.peer_link`), so that a peer whose processes ended is
+        found at once rather than after ``silence_limit_s``."""
         self.worker = worker
         self._hosts_store = hosts_store
         self.interval_s = interval_s
         self.lost_after_s = lost_after_s
         self.silence_limit_s = silence_limit_s
         self.store_timeout_s = store_timeout_s if store_timeout_s is not None else (silence_limit_s or 30.0)
+        self.links = links and silence_limit_s is not None
         self._lock = threading.Lock()
         self._store_lock = threading.Lock()  # no store operation in flight while workers fork
         self._round: _Round | None = None
@@ -219,6 +232,9 @@ class PeerWatch:
         if own.hosts_store:
             self._call(current, "set", _STORE_HOST_KEY, json.dumps(own.entry()))
         self._call(current, "set", _alive_key(own.group_rank), str(time.time_ns()))
+        endpoint = self._listen(joined.store)
+        if endpoint is not None:
+            self._call(current, "set", _link_key(own.group_rank), endpoint.to_text())
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()
 
@@ -236,6 +252,9 @@ class PeerWatch:
             current = self._round
         if current is not None:
             current.stop.set()
+            current.wake.set()
+            if current.link is not None:
+                current.link.release()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * self.interval_s + 1)
@@ -376,7 +395,12 @@ class PeerWatch:
                 break
             baseline[rank] = value
         deadline = time.monotonic() + self.lost_after_s
+        judged: dict[int, LostPeer] = {}  # verdicts other pods reached meanwhile (a link that closed)
         while pending and not store_gone:
+            for peer in self._peek_verdicts(current):
+                if peer.group_rank in pending:
+                    pending.discard(peer.group_rank)
+                    judged[peer.group_rank] = peer
             for rank in sorted(pending):
                 announced, ok = self._read(current, _failed_key(rank))
                 beat, ok_beat = self._read(current, _alive_key(rank)) if ok and announced is None else (None, ok)
@@ -390,16 +414,37 @@ class PeerWatch:
             time.sleep(min(self.interval_s / 2, max(0.0, deadline - time.monotonic())))
         if store_gone:
             pending = {rank for rank in pending if self._member(current, rank).hosts_store}
-        current.lost |= pending
-        return tuple(
-            LostPeer(
+        current.lost |= pending | set(judged)
+        found = {
+            rank: LostPeer(
                 rank,
                 self._member(current, rank).worker,
                 # the store's host was alive while its store answered; any other peer, at its last beat
                 current.store_answered_ns if store_gone else _heartbeat_ns(baseline.get(rank)),
             )
-            for rank in sorted(pending)
+            for rank in pending
+        }
+        found.update(
+            (rank, dataclasses.replace(peer, worker=self._member(current, rank).worker,
+                                       last_seen_ns=peer.last_seen_ns or _heartbeat_ns(baseline.get(rank))))
+            for rank, peer in judged.items()
         )
+        return _in_rank_order(found)
+
+    def _peek_verdicts(self, current: _Round) -> list[LostPeer]:
+        """Every lost-pod verdict of the round in the store now, read without taking them as this
+        pod's own (the heartbeat thread does that, and tells the agent): while this pod looks for
+        lost peers, the watcher of one whose processes ended may already have named it."""
+        count = self._call(current, "add", _VERDICTS_KEY, 0)
+        if not count:
+            return []
+        keys = [_verdict_key(index) for index in range(1, int(count) + 1)]
+        if not self._call(current, "check", keys):
+            return []  # one is numbered but not written yet: at the next look
+        values = self._call(current, "multi_get", keys)
+        if not isinstance(values, list):
+            return []
+        return [peer for value in values if (peer := _parse_verdict(value, current.world_size)) is not None]
 
     # --- the watch's thread --------------------------------------------------------------------
 
@@ -421,7 +466,10 @@ class PeerWatch:
             # until the store host is known, look again soon: a pod that hosts the store and is lost
             # before its peers read its entry could not be named (its peers only see the store go)
             complete = len(current.members) >= current.world_size or current.store_host_known
-            current.stop.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
+            current.wake.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
+            current.wake.clear()
+        if current.link is not None:  # released here too: a link made as the round was stopped
+            current.link.release()
 
     # --- liveness while healthy ----------------------------------------------------------------
 
@@ -458,30 +506,56 @@ class PeerWatch:
             return
         if rank != current.watched:  # a new successor: its silence is counted from now
             current.watched, current.watched_beat, current.watched_since = rank, None, now
+            if current.link is not None:
+                current.link.release()
+                current.link = None
+        if self.links and current.link is None:
+            self._link_to(current, rank)
+        # the watched agent's process ended (its kernel closed the link): no need to wait for silence
+        ended_process = current.link is not None and current.link.closed
         beat, ok = self._read(current, _alive_key(rank))
         if not ok:
             return
         if beat is not None and beat != current.watched_beat:
             current.watched_beat, current.watched_since = beat, now
-            return
+            if not ended_process:
+                return
         # a peer never seen alive gets twice the limit: pods leave the rendezvous together, but a
         # starved agent may publish its first beat late
-        if now - current.watched_since < (limit if current.watched_beat is not None else 2 * limit):
+        silent_for = now - current.watched_since
+        if not ended_process and silent_for < (limit if current.watched_beat is not None else 2 * limit):
             return
         ended = [self._read(current, key(rank)) for key in (_failed_key, _done_key)]
         if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
             current.watched_since = now  # it said it failed or finished: silence is expected
             return
         verdict = LostPeer(rank, self._member(current, rank).worker, _heartbeat_ns(current.watched_beat))
-        logger.error(
-            "peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declaring it lost",
-            verdict.worker, rank, now - current.watched_since,
-        )
+        if ended_process:
+            logger.error("peer watch: %s (group rank %d): its agent's process ended without a word (its "
+                         "connection closed): declaring it lost", verdict.worker, rank)
+        else:
+            logger.error("peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declaring it lost",
+                         verdict.worker, rank, silent_for)
         number = self._call(current, "add", _VERDICT_NUMBERS_KEY, 1)
         if number is None:
             return
         self._call(current, "set", _verdict_key(int(number)), json.dumps(verdict.entry()))
         self._call(current, "add", _VERDICTS_KEY, 1)
+
+    def _listen(self, store: Any) -> LinkEndpoint | None:
+        """This process's link endpoint, on the address it reaches the rendezvous store from."""
+        if not self.links:
+            return None
+        address = store_address(store)
+        return None if address is None else link_hub().listen(address)
+
+    def _link_to(self, current: _Round, rank: int) -> None:
+        """Connect to the watched peer's agent, once it has published where it listens (a peer that
+        publishes no endpoint, or cannot be reached, is watched by heartbeat alone)."""
+        value, ok = self._read(current, _link_key(rank))
+        endpoint = LinkEndpoint.from_text(value) if ok else None
+        if endpoint is not None:
+            current.link = link_hub().watch(endpoint, on_closed=current.wake.set)
 
     def _read_verdicts(self, current: _Round, count: int) -> None:
         """Read verdicts ``verdicts_seen + 1`` to ``count`` in one call; if one is not written yet (its
@@ -630,6 +704,13 @@ class PeerWatch:
             return bool(self._hosts_store())
         except OSError:
             return False
+
+
+def store_address(store: Any) -> tuple[str, int] | None:
+    """The host and port of the TCP store under ``store``'s prefixes; ``None`` for another kind."""
+    while isinstance(store, PrefixStore):
+        store = store.underlying_store
+    return (store.host, store.port) if isinstance(store, TCPStore) else None
 
 
 def _call_logged(callback: Callable[[], None]) -> None:

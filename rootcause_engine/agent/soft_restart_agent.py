@@ -154,6 +154,10 @@ def _summary(diagnosis: Diagnosis | None) -> str:
     return "a worker failed and left no evidence" if diagnosis is None else diagnosis.summary
 
 
+#: Why the log takes a lost peer out of the world (the peer watch does not say which sign it read).
+LOST_REASON = "its processes ended without a word, or it fell silent: a lost, killed or frozen node"
+
+
 class SoftRestartLoop:
     """The run loop of one launch's agents under ``restart_policy="soft"`` (module docstring)."""
 
@@ -276,7 +280,7 @@ class SoftRestartLoop:
             ))
             return
         for peer in lost:
-            if self.world.remove_lost(peer.group_rank, peer.worker, "sent no heartbeat: a lost or frozen node"):
+            if self.world.remove_lost(peer.group_rank, peer.worker, LOST_REASON):
                 logger.warning("soft restart: %s is lost: the others go on without it", peer.worker)
 
     def _give_up(self, error: TimeoutError) -> None:

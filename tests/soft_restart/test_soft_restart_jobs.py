@@ -100,20 +100,24 @@ def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
 
 
-def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(file_store: ObjectStore,
-                                                                         tmp_path: Path) -> None:
+@pytest.mark.parametrize(("task", "nnodes", "nproc"), [(soft_train_2x2_spawned, 2, 2), (soft_train_3x1_spawned, 3, 1)],
+                         ids=["2x2-spawned", "3x1-spawned"])
+def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(
+    task: PythonTask, nnodes: int, nproc: int, file_store: ObjectStore, tmp_path: Path
+) -> None:
     """Spawned workers (kfpytorch's default). The restarted pod's workers load their model for 8 s;
     the survivors finish the last 20 steps (3 s) first. The restarted pod stops its workers and
     succeeds without claiming the task's output (torch's agent once refused its run with
     "ValueError: Unknown worker"); the survivors' rank 0 returns the result."""
-    result = _run(file_store, tmp_path, soft_train_2x2_spawned, 2, 2, fail_pod="train-worker-1",
-                  fail_local_rank=1, fail_step=4, restart_init_s=8.0)
+    result = _run(file_store, tmp_path, task, nnodes, nproc, fail_pod="train-worker-1",
+                  fail_local_rank=nproc - 1, fail_step=4, restart_init_s=8.0)
     logs = f"pod logs in {result.sim_dir}"
     assert all(pod.returncode == 0 for pod in result.pods), logs
     assert _output(file_store, result) == pytest.approx(EXPECTED), logs
     workers = read_worker_logs(result.sim_dir)
+    assert {pod for pod, _ in workers} == {f"train-worker-{index}" for index in range(nnodes)}, logs
     for (pod, _), processes in workers.items():
-        if pod == "train-worker-0":  # survivors: one process each, every step once, to the end
+        if pod != "train-worker-1":  # survivors: one process each, every step once, to the end
             assert len(processes) == 1 and _steps(processes[0]) == list(range(1, STEPS + 1)), logs
     restarted_log = next(pod.log_path for pod in result.pods if pod.name == "train-worker-1").read_text()
     assert "the training finished while this node restarted" in restarted_log, logs  # its pod log says why
@@ -128,7 +132,8 @@ def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
     4, every process of it SIGKILLed (its peers' all-reduce raises at once) or SIGSTOPped (a frozen
     node: its sockets stay open and the all-reduce just waits). The peer watch declares it lost, the
     survivors scale down to 2 pods (a frozen peer's collective is left at the agent's PAUSED) and
-    finish, each in its one process, every step once. The vanish runs the loop written against the
+    finish, each in its one process, every step once; the vanished pod is found by its watcher's link at
+    once, the frozen one by its silence. The vanish runs the loop written against the
     RFC's API alone (``get_worker_event``, ``get_worker_info``, torch's own init and destroy)."""
     result = _run(file_store, tmp_path, soft_train_3x1_spawned, 3, 1, fail_pod=NOT_STORE_HOST_POD,
                   fail_local_rank=0, fail_step=4, fail_kind=kind, loop=loop)
@@ -144,6 +149,10 @@ def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
         assert _steps(process) == list(range(1, STEPS + 1)), logs
         assert _changes(process) == [None, "SCALE_DOWN"], logs
         assert [e["world_size"] for e in process if e["event"] == "world"] == [3, 2], logs
+    # a vanished pod's watcher reads its link close, without waiting out the silence limit; a frozen
+    # pod closes nothing
+    by_link = [pod.name for pod in survivors if "process ended without a word" in pod.log_path.read_text()]
+    assert len(by_link) == (1 if kind == "vanish" else 0), logs
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
 
 

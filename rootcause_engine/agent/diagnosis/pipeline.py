@@ -45,7 +45,7 @@ class Trigger(enum.Enum):
     WORKER_FAILED = "torch reported a failed worker"
     STORE_LOST = "the agent lost the rendezvous store"
     AGENT_HUNG = "the agent watchdog found the agent hung"
-    PEER_LOST = "a peer pod sent no heartbeat (a frozen or partitioned node)"
+    PEER_LOST = "a peer pod was lost (its processes ended without a word, or it fell silent: a frozen or cut-off node)"
     SOFT_RESTART = "a failure a soft restart may heal"
 
 

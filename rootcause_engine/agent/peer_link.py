@@ -1,0 +1,349 @@
+"""Agent side: a TCP connection to the watched peer pod, whose closing says at once that its agent is gone.
+
+Why: the heartbeat alone can only say "silent for ``lost_after_s``" (5 s by default, so that a
+thousand pods on busy hosts get no false verdict). Most lost pods are not silent, though: a pod
+that is deleted, evicted or OOM-killed, or whose processes are all killed, has its sockets closed by
+its kernel, and the other end reads the close within a round trip. Each agent therefore listens on
+one port (bound on the address it reaches the rendezvous store from, the one its peers reach it
+on, as gloo and NCCL are reached), and the pod that watches it by heartbeat also holds a connection
+to it. That connection never carries data after a greeting: when it reads an end of stream (or a
+reset) after the greeting, the watched agent's process has ended, and the peer watch checks the
+store for a word from it (a failure it announced, or "done") before it declares it lost.
+
+A node that loses power, panics or is cut off closes nothing: its link stays open and silent, and
+the heartbeat's silence limit is what finds it, as before. A link that cannot be made (the peer's
+port is filtered, the peer runs an older version) is no evidence of anything: the peer is watched
+by heartbeat alone.
+
+One process-wide hub serves every watch of the process (a pod's agent, or the many simulated pods of
+a scale test): one listening socket per local address, one thread, one ``selectors`` loop, so a
+thousand links cost a thousand sockets, not a thousand threads. A forked child (a worker, a store
+keeper) drops its copies of the hub's sockets without closing the connections: the agent's are
+the ones that must close when the agent ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import logging
+import os
+import secrets
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+#: The greeting a listener sends on each accepted connection: the protocol's name and the token
+#: the listener published, so that a connection to a port some other process reused is not
+#: taken for a link to the peer.
+_GREETING_PREFIX = b"rootcause-link/1 "
+_GREETING_MAX = 128
+#: How long a link may take to connect and be greeted before it is given up (the peer is then
+#: watched by heartbeat alone).
+CONNECT_TIMEOUT_S = 5.0
+#: How often the hub's loop wakes to give up links that did not connect in time.
+_TICK_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkEndpoint:
+    """Where a pod's agent listens for its watcher, and the token its greeting carries."""
+
+    host: str
+    port: int
+    token: str
+
+    def to_text(self) -> str:
+        return f"{self.token} {self.port} {self.host}"
+
+    @classmethod
+    def from_text(cls, text: bytes | str | None) -> LinkEndpoint | None:
+        """The endpoint a peer published; ``None`` for none or anything malformed (never trusted)."""
+        if text is None:
+            return None
+        try:
+            token, port, host = (text.decode() if isinstance(text, bytes) else text).split(" ", 2)
+            number = int(port)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not (token.isalnum() and len(token) <= 64 and 0 < number < 65536 and host and len(host) <= 255):
+            return None
+        return cls(host, number, token)
+
+
+class PeerLink:
+    """This process's connection to one watched peer's listener."""
+
+    def __init__(self, hub: LinkHub, endpoint: LinkEndpoint, on_closed: Callable[[], None]) -> None:
+        self.endpoint = endpoint
+        self._hub = hub
+        self._on_closed = on_closed
+        self._greeting = b""
+        self.sock: socket.socket | None = None
+        self.deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        self.established = False
+        #: when the peer's end closed after the greeting (this process's clock), else None
+        self.closed_at_ns: int | None = None
+        self.given_up = False  # never established, or released by its owner
+
+    @property
+    def closed(self) -> bool:
+        """The peer's agent closed the link after greeting: its process ended."""
+        return self.closed_at_ns is not None
+
+    def release(self) -> None:
+        """This pod no longer watches the peer (its successor changed, or its round ended)."""
+        self._hub.release(self)
+
+    # --- the hub's thread -----------------------------------------------------------------------
+
+    def _readable(self) -> bool:
+        """Read what arrived; ``False`` once the link is over (closed, refused, or a stranger)."""
+        assert self.sock is not None
+        try:
+            data = self.sock.recv(_GREETING_MAX)
+        except BlockingIOError:
+            return True
+        except OSError as error:
+            data, reason = b"", str(error)
+        else:
+            reason = "end of stream"
+        if not data:
+            if self.established:
+                self.closed_at_ns = time.time_ns()
+                logger.debug("peer link to %s:%d closed (%s)", self.endpoint.host, self.endpoint.port, reason)
+                _call_logged(self._on_closed)
+            else:
+                logger.debug("peer link to %s:%d not made: %s", self.endpoint.host, self.endpoint.port, reason)
+                self.given_up = True
+            return False
+        if self.established:
+            return True  # a listener sends nothing after its greeting; ignore anything else
+        self._greeting += data
+        if b"\n" not in self._greeting:
+            if len(self._greeting) < _GREETING_MAX:
+                return True
+            self.given_up = True
+            return False
+        if self._greeting.split(b"\n", 1)[0] != _GREETING_PREFIX + self.endpoint.token.encode():
+            logger.debug("peer link to %s:%d: not the peer's listener", self.endpoint.host, self.endpoint.port)
+            self.given_up = True
+            return False
+        self.established = True
+        return True
+
+
+class LinkHub:
+    """The process's listeners and links, served by one thread (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._selector = selectors.DefaultSelector()
+        self._waker_read, self._waker_write = socket.socketpair()
+        self._waker_read.setblocking(False)
+        self._selector.register(self._waker_read, selectors.EVENT_READ, None)
+        self._listeners: dict[str, tuple[socket.socket, LinkEndpoint]] = {}
+        self._accepted: set[socket.socket] = set()
+        self._links: set[PeerLink] = set()
+        self._pending: list[Callable[[], None]] = []  # selector changes, made on the hub's thread
+        self._thread = threading.Thread(target=self._loop, name="rootcause-peer-links", daemon=True)
+        self._thread.start()
+
+    # --- called from any thread -----------------------------------------------------------------
+
+    def listen(self, toward: tuple[str, int]) -> LinkEndpoint | None:
+        """This process's endpoint on the address it reaches ``toward`` (host, port) from; ``None``
+        when no such address can be found or bound (the pod is then watched by heartbeat alone)."""
+        host = _local_address(toward)
+        if host is None:
+            return None
+        with self._lock:
+            known = self._listeners.get(host)
+            if known is not None:
+                return known[1]
+            try:
+                listener = socket.create_server((host, 0), family=_family(host), backlog=128)
+            except OSError as error:
+                logger.debug("no peer link listener on %s: %s", host, error)
+                return None
+            listener.setblocking(False)
+            endpoint = LinkEndpoint(host, listener.getsockname()[1], secrets.token_hex(8))
+            self._listeners[host] = (listener, endpoint)
+        self._on_loop(lambda: self._selector.register(listener, selectors.EVENT_READ, listener))
+        return endpoint
+
+    def watch(self, endpoint: LinkEndpoint, on_closed: Callable[[], None]) -> PeerLink:
+        """Connect to ``endpoint``; ``on_closed`` is called (on the hub's thread) if the peer's end
+        closes after its greeting."""
+        link = PeerLink(self, endpoint, on_closed)
+
+        def start() -> None:
+            try:
+                sock = socket.socket(_family(endpoint.host), socket.SOCK_STREAM)
+            except OSError as error:
+                logger.debug("peer link to %s:%d not made: %s", endpoint.host, endpoint.port, error)
+                link.given_up = True
+                return
+            sock.setblocking(False)
+            link.sock = sock
+            error = sock.connect_ex((endpoint.host, endpoint.port))
+            if error not in (0, errno.EINPROGRESS):
+                logger.debug("peer link to %s:%d not made: %s", endpoint.host, endpoint.port, os.strerror(error))
+                link.given_up = True
+                sock.close()
+                return
+            self._links.add(link)
+            self._selector.register(sock, selectors.EVENT_READ, link)
+
+        self._on_loop(start)
+        return link
+
+    def release(self, link: PeerLink) -> None:
+        """Close ``link`` without a verdict (its owner no longer watches that peer)."""
+
+        def drop() -> None:
+            link.given_up = True
+            self._drop_link(link)
+
+        self._on_loop(drop)
+
+    # --- the hub's thread -----------------------------------------------------------------------
+
+    def _on_loop(self, change: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending.append(change)
+        with contextlib.suppress(OSError):
+            self._waker_write.send(b"\0")
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                ready = self._selector.select(_TICK_S)
+            except OSError:  # the selector was closed under us (a forked child's copy): nothing to serve
+                return
+            for key, _ in ready:
+                self._serve(key.data, key.fileobj)
+            with self._lock:
+                pending, self._pending = self._pending, []
+            for change in pending:
+                _call_logged(change)
+            now = time.monotonic()
+            for link in [link for link in self._links if not link.established and now > link.deadline]:
+                logger.debug("peer link to %s:%d not made within %g s", link.endpoint.host, link.endpoint.port,
+                             CONNECT_TIMEOUT_S)
+                link.given_up = True
+                self._drop_link(link)
+
+    def _serve(self, data: object, fileobj: object) -> None:
+        if data is None:  # the waker: pending changes are applied after this round
+            with contextlib.suppress(OSError):
+                while self._waker_read.recv(4096):
+                    pass
+        elif isinstance(data, PeerLink):
+            if not data._readable():
+                self._drop_link(data)
+        elif data is fileobj:  # a listener: a watcher connects
+            self._accept(data)  # type: ignore[arg-type]
+        else:  # a watcher's connection to this process: only its end matters
+            self._drain_accepted(fileobj)  # type: ignore[arg-type]
+
+    def _accept(self, listener: socket.socket) -> None:
+        endpoint = next(endpoint for sock, endpoint in self._listeners.values() if sock is listener)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # out of file descriptors, for one: the watcher gives up in time
+                logger.debug("peer link listener: %s", error)
+                return
+            conn.setblocking(False)
+            try:
+                conn.send(_GREETING_PREFIX + endpoint.token.encode() + b"\n")
+            except OSError:
+                conn.close()
+                continue
+            self._accepted.add(conn)
+            self._selector.register(conn, selectors.EVENT_READ, "accepted")
+
+    def _drain_accepted(self, conn: socket.socket) -> None:
+        try:
+            if conn.recv(4096):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._accepted.discard(conn)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(conn)
+        conn.close()
+
+    def _drop_link(self, link: PeerLink) -> None:
+        self._links.discard(link)
+        if link.sock is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(link.sock)
+            link.sock.close()
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: close this process's copies of the hub's descriptors (never shutting
+        a connection down: the parent's copies keep every link open) and serve nothing."""
+        files = [self._waker_read, self._waker_write, *(sock for sock, _ in self._listeners.values()),
+                 *self._accepted, *(link.sock for link in self._links if link.sock is not None)]
+        for sock in files:
+            with contextlib.suppress(OSError):
+                sock.close()
+        with contextlib.suppress(OSError):
+            self._selector.close()
+
+
+_hub: LinkHub | None = None
+_hub_lock = threading.Lock()
+
+
+def link_hub() -> LinkHub:
+    """The process's hub, started at the first use."""
+    global _hub
+    with _hub_lock:
+        if _hub is None:
+            _hub = LinkHub()
+        return _hub
+
+
+def _forget_hub_in_child() -> None:
+    global _hub
+    hub, _hub = _hub, None
+    if hub is not None:
+        hub._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_hub_in_child)
+
+
+def _local_address(toward: tuple[str, int]) -> str | None:
+    """The address this host reaches ``toward`` from (a datagram socket's route choice: nothing is sent)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(toward[0], toward[1], type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except (OSError, IndexError, UnicodeError) as error:
+        logger.debug("no local address toward %s:%s: %s", toward[0], toward[1], error)
+        return None
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _call_logged(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # the hub's thread serves every link of the process: it must go on
+        logger.exception("peer link callback failed")
