@@ -43,7 +43,6 @@ import argparse
 import datetime
 import logging
 import re
-import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -54,13 +53,7 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from flytekitplugins_rootcause.simulation.faults import (
-    NOT_STORE_HOST_POD,
-    STORE_HOST_POD,
-    Communication,
-    Fault,
-    FaultKind,
-)
+from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.training import (
     train_2x2,
@@ -120,24 +113,6 @@ def is_right(verdict: Verdict, result: JobResult, kind: str) -> bool:
     return worker == result.injected_worker and (kind in POD_ONLY_KINDS or rank == result.injected_rank)
 
 
-#: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
-KINDS: dict[str, tuple[FaultKind, float]] = {
-    "raise": (FaultKind.RAISE, 0.0),
-    "sigkill": (FaultKind.SIGKILL, 0.0),
-    "sigabrt": (FaultKind.SIGABRT, 0.0),
-    "sigsegv": (FaultKind.SIGSEGV, 0.0),
-    "exit": (FaultKind.EXIT, 0.0),
-    "ordering": (FaultKind.ORDERING, 0.0),
-    "skew": (FaultKind.RAISE, 1.0),
-    "vanish": (FaultKind.VANISH, 0.0),  # the whole faulty pod killed at once (a lost node)
-    "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
-    "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
-    "freeze": (FaultKind.FREEZE, 0.0),  # the whole faulty pod stopped at once (a frozen node): no socket closes
-    # one rank sleeps while its peers wait in another kind of call (the peers time out after 3 s)
-    **{f"hang-{how}": (FaultKind.HANG, 0.0) for how in Communication if how != Communication.ALL_REDUCE},
-}
-#: Kinds whose whole pod is gone: its peers name the pod, no rank of it reports.
-POD_ONLY_KINDS = ("vanish", "freeze")
 #: How long the baseline gets with a frozen pod (it would wait out gloo's 30-minute collective timeout).
 FREEZE_BASELINE_S = 60.0
 #: (plugin, baseline) tasks per pod count, and for a kind that needs its own: a hang surfaces only
@@ -148,20 +123,6 @@ TASKS: dict[tuple[int, str], tuple[PythonTask, PythonTask]] = {
     (4, "any"): (train_4x2, train_4x2_elastic),
     (4, "hang"): (train_4x2_short_timeout, train_4x2_elastic_short_timeout),
 }
-
-
-def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
-    """Rotate the faulty pod (and its local rank) between trials so no pod is favoured; with 2 pods,
-    pod 1 first, as before. A frozen pod is the store host's in every other trial (the store stops
-    answering too), another pod in the rest."""
-    fault_kind, clock_offset_s = KINDS[kind]
-    index = (trial + 1) % nnodes
-    pod, other = f"train-worker-{index}", f"train-worker-{(index + 1) % nnodes}"
-    if fault_kind == FaultKind.FREEZE:
-        pod = STORE_HOST_POD if trial % 2 == 0 else NOT_STORE_HOST_POD
-    communication = kind.removeprefix("hang-") if kind.startswith("hang-") else Communication.ALL_REDUCE
-    return Fault(fault_kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0,
-                 clock_offset_s=clock_offset_s, communication=str(communication))
 
 
 _TIMELINE_RE = re.compile(r"Agent timeline \(after the root cause\): (.*)")
@@ -198,14 +159,6 @@ def pod_phases(result: JobResult) -> dict[str, dict[str, float]]:
     return phases
 
 
-def _quantiles(values: list[float]) -> str:
-    if not values:
-        return f"{'n/a':>13}"
-    ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
-    return f"{statistics.median(ordered):5.2f}/{p90:5.2f} s"
-
-
 def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
@@ -240,11 +193,11 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
             continue
         ok = sum(correct for correct, _ in outcomes[label])
         times = [t for _, t in outcomes[label] if t is not None]
-        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {_quantiles(times)}")
+        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {quantiles(times)}")
     console = f"{console_right}/{trials} ({100 * console_right / trials:.0f}%)"
     print(f"{kind:<10} {cells[0]:>30} {console:>16} {cells[1]:>30}", flush=True)
     for which, phases in breakdown.items():
-        row = " ".join(f"{phase} {_quantiles(phases.get(phase, []))}" for phase in PHASES)
+        row = " ".join(f"{phase} {quantiles(phases.get(phase, []))}" for phase in PHASES)
         print(f"{'':<10}   {which:<10} fault -> {row}", flush=True)
 
 

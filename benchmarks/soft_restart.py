@@ -50,13 +50,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.soft_training import (
     hard_train_2x2_spawned,
     read_worker_logs,
     soft_train_2x2_spawned,
 )
+from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
 
 RESCHEDULE_AFTER_S = 1.0
 #: (case, policy) pairs run per trial, in order

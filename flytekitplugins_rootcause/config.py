@@ -14,27 +14,35 @@ from typing import TYPE_CHECKING
 
 from flytekitplugins.kfpytorch.task import Elastic
 
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S, liveness_problem
+from rootcause_engine.settings import (
+    DEFAULT_AGENT_HANG_TIMEOUT_S as DEFAULT_AGENT_HANG_TIMEOUT_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_AGENT_WATCHDOG_INTERVAL_S as DEFAULT_AGENT_WATCHDOG_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_FLIGHT_RECORDER_ENTRIES as DEFAULT_FLIGHT_RECORDER_ENTRIES,
+)
+from rootcause_engine.settings import (
+    DEFAULT_HEARTBEAT_INTERVAL_S as DEFAULT_HEARTBEAT_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_LOST_AFTER_S as DEFAULT_LOST_AFTER_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_MONITOR_INTERVAL_S as DEFAULT_MONITOR_INTERVAL_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_SOFT_RESTART_TIMEOUT_S as DEFAULT_SOFT_RESTART_TIMEOUT_S,
+)
+from rootcause_engine.settings import (
+    DEFAULT_TEARDOWN_GRACE_S as DEFAULT_TEARDOWN_GRACE_S,
+)
+from rootcause_engine.settings import RESTART_POLICIES as RESTART_POLICIES
+from rootcause_engine.settings import check_settings
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.straggler.settings import StragglerCheck
-
-#: How often the agent polls its workers. kfpytorch's default (5 s) delays teardown of the surviving
-#: workers; exact failure times come from the death watcher, so this only bounds teardown latency.
-#: ``benchmarks/elastic_rootcause.py`` measures the cost of polling this often.
-DEFAULT_MONITOR_INTERVAL_S = 0.2
-
-#: Seconds between SIGTERM and SIGKILL when the agent tears down the surviving workers
-#: (torch 2.13 waits a hard-coded 30 s on the function-launch path).
-DEFAULT_TEARDOWN_GRACE_S = 5.0
-
-#: How often the agent watchdog looks for a hung agent (it only reads in-memory state and stats a
-#: few error files, so once a second costs nothing measurable).
-DEFAULT_AGENT_WATCHDOG_INTERVAL_S = 1.0
-
-#: How long after a worker failure the agent may go without finishing (torch needs one monitor
-#: interval plus one teardown grace); rendezvous and exit barrier get their own limits on top.
-DEFAULT_AGENT_HANG_TIMEOUT_S = 60.0
 
 #: NCCL's heartbeat monitor aborts a process whose NCCL watchdog thread is stuck this long
 #: (torch's default is 480 s); see docs/settings.md.
@@ -43,25 +51,6 @@ DEFAULT_NCCL_HEARTBEAT_TIMEOUT_S = 300
 #: TORCH_NCCL_ASYNC_ERROR_HANDLING=1: on a collective error or timeout, abort the communicator and
 #: end the process (with SIGABRT), so the failure becomes visible instead of a hang.
 DEFAULT_NCCL_ASYNC_ERROR_HANDLING = 1
-
-#: ``restart_policy`` values: torch's own (every worker restarts), and the soft-restart RFC's
-#: ``soft-no-replace`` (only the failed node's workers restart; see flytekitplugins_rootcause.soft_restart).
-RESTART_POLICIES = ("hard", "soft")
-
-#: How long a soft world change may take: members arriving at a new world, and a restarted node's
-#: workers getting ready (their own initialisation, e.g. loading the model, included).
-DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
-
-#: How long a peer pod may send no heartbeat while the job is healthy before it is declared lost
-#: (a frozen or partitioned node closes no socket: without this its peers wait out the collective
-#: timeout, 10 to 30 minutes), and how often the agents beat; docs/frozen_pods.md has the margin measured.
-DEFAULT_LOST_AFTER_S = SILENCE_LIMIT_S
-DEFAULT_HEARTBEAT_INTERVAL_S = HEARTBEAT_INTERVAL_S
-
-#: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
-#: a few hundred KB per process. It is what names a rank that never entered a collective.
-DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
-
 
 @dataclass
 class ElasticRootCause(Elastic):
@@ -126,65 +115,18 @@ class ElasticRootCause(Elastic):
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
 
     def __post_init__(self) -> None:
-        if self.monitor_interval <= 0:
-            raise ValueError(f"monitor_interval must be > 0 seconds, got {self.monitor_interval!r}")
-        if self.teardown_grace_s < 0:
-            raise ValueError(f"teardown_grace_s must be >= 0 seconds, got {self.teardown_grace_s!r}")
-        if self.agent_watchdog_interval_s <= 0:
-            raise ValueError(f"agent_watchdog_interval_s must be > 0 seconds, got {self.agent_watchdog_interval_s!r}")
-        if self.agent_hang_timeout_s <= self.monitor_interval + self.teardown_grace_s:
-            raise ValueError(
-                f"agent_hang_timeout_s ({self.agent_hang_timeout_s!r}) must exceed monitor_interval + "
-                f"teardown_grace_s ({self.monitor_interval + self.teardown_grace_s:g} s): the agent needs that "
-                "long to notice a failure and tear the other workers down"
-            )
+        check_settings(self)
         if self.nccl_heartbeat_timeout_s is not None and self.nccl_heartbeat_timeout_s <= 0:
             raise ValueError(f"nccl_heartbeat_timeout_s must be > 0 seconds, got {self.nccl_heartbeat_timeout_s!r}")
         if self.nccl_async_error_handling not in (None, 0, 1, 2, 3):
             raise ValueError(
                 f"nccl_async_error_handling must be 0, 1, 2, 3 or None, got {self.nccl_async_error_handling!r}"
             )
-        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
-            raise ValueError(f"collective_timeout_s must be > 0 seconds, got {self.collective_timeout_s!r}")
-        if self.flight_recorder_entries is not None and (
-            isinstance(self.flight_recorder_entries, bool) or self.flight_recorder_entries < 1
-        ):
-            raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {self.flight_recorder_entries!r}")
-        if (problem := liveness_problem(self.heartbeat_interval_s, self.lost_after_s)) is not None:
-            raise ValueError(problem)
-        _validate_restart_policy(self)
         if self.straggler_check is not None:
             from flytekitplugins_rootcause.straggler.settings import validate_for_task
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
         _load_task_type()
-
-
-def _validate_restart_policy(config: ElasticRootCause) -> None:
-    """Refuse, before any launch, a soft restart policy the job's shape cannot support."""
-    if config.restart_policy not in RESTART_POLICIES:
-        raise ValueError(f"restart_policy must be one of {RESTART_POLICIES}, got {config.restart_policy!r}")
-    if config.soft_restart_timeout_s <= 0:
-        raise ValueError(f"soft_restart_timeout_s must be > 0 seconds, got {config.soft_restart_timeout_s!r}")
-    if config.restart_policy != "soft":
-        return
-    low, _, high = str(config.nnodes).partition(":")
-    if not high or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high) or int(low) < 1:
-        raise ValueError(
-            f'restart_policy="soft" needs nnodes as a range "min:max" (e.g. "1:2" for 2 pods that may go on '
-            f"with 1 while a failed one restarts), got nnodes={config.nnodes!r}"
-        )
-    if config.nccl_async_error_handling == 3:
-        raise ValueError(
-            'restart_policy="soft" cannot use nccl_async_error_handling=3 (SkipCleanUp): it ends the process on a '
-            "collective error, survivors included; leave the default (2 under the soft policy: abort the "
-            "communicators, keep the process)"
-        )
-    if config.max_restarts < 1:
-        raise ValueError(
-            f'restart_policy="soft" needs max_restarts >= 1 (each soft restart of a node uses one), '
-            f"got {config.max_restarts!r}"
-        )
 
 
 #: The module that defines and registers this config's task type (``ElasticRootCauseFunctionTask``).

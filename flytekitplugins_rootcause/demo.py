@@ -21,9 +21,9 @@ import click
 from backend_reader import RemoteFileOutputReader
 from backend_reader.render import print_table, table_console
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from flytekitplugins_rootcause.simulation.faults import Fault, FaultKind
 from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, pod_name, run_job
 from flytekitplugins_rootcause.simulation.training import train_2x2, train_2x2_short_timeout
+from rootcause_engine.simulation.faults import Fault, FaultKind
 
 NNODES, NPROC = 2, 2
 #: A hang surfaces only when its peers' collective times out: that fault runs the task whose

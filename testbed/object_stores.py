@@ -25,7 +25,7 @@ from typing import Any
 
 import fsspec
 
-from flytekitplugins_rootcause.simulation.loopback import free_port
+from rootcause_engine.simulation.loopback import free_port
 
 
 @dataclasses.dataclass

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause")
+PACKAGES = ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins")
 
 
 def module_files() -> Iterator[tuple[str, Path]]:
     for package in PACKAGES:
+        # ``flyteplugins`` is Flyte 2's namespace: ours is ``flyteplugins.rootcause`` (upstream's own
+        # ``flyteplugins.pytorch`` lives in site-packages, outside the tree)
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
@@ -87,10 +89,11 @@ def test_no_import_circle_between_modules() -> None:
 
 # (the importing folder, what it may not import, except these modules)
 RULES = [
-    ("rootcause_core", ("backend_reader", "rootcause_engine", "flytekitplugins_rootcause"), ()),
-    ("backend_reader", ("rootcause_engine", "flytekitplugins_rootcause"), ()),
+    ("rootcause_core",
+     ("backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"), ()),
+    ("backend_reader", ("rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"), ()),
     # the engine runs in the agent and the workers of any front-end: no front-end, no reader
-    ("rootcause_engine", ("flytekitplugins_rootcause", "backend_reader"), ()),
+    ("rootcause_engine", ("flytekitplugins_rootcause", "flyteplugins.rootcause", "backend_reader"), ()),
     ("rootcause_engine.worker", ("rootcause_engine.agent",), ()),
     # the soft-restart API runs in workers: the same rule as the worker folder
     ("rootcause_engine.soft_restart", ("rootcause_engine.agent",), ()),
@@ -106,12 +109,19 @@ RULES = [
      ("rootcause_engine", "backend_reader", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.straggler"),
      ("rootcause_engine.agent.failure_sink",)),
     ("flytekitplugins_rootcause.config", ("flytekitplugins_rootcause.task",), ()),
+    # the two front-ends stand on the engine side by side; neither imports the other, nor the reader
+    ("flytekitplugins_rootcause", ("flyteplugins.rootcause",), ()),
+    ("flyteplugins.rootcause", ("flytekitplugins_rootcause", "backend_reader"), ()),
+    ("flyteplugins.rootcause.config", ("flyteplugins.rootcause.task",), ()),
+    ("flyteplugins.rootcause.upstream",
+     ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"),
+     ("flyteplugins.rootcause.upstream", "rootcause_engine.upstream")),
     # the straggler check runs in the workers and its task type in the pod; it may use the engine
     # (the rendezvous host, the store keepers), not the root-cause task, its entrypoint or its Deck
     ("flytekitplugins_rootcause.straggler",
      ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck",
       "flytekitplugins_rootcause.exceptions", "flytekitplugins_rootcause.simulation"),
-     ("flytekitplugins_rootcause.simulation.loopback",)),
+     ("rootcause_engine.simulation.loopback",)),
 ]
 
 
@@ -138,6 +148,9 @@ ROOMS = {
     "rootcause_engine.upstream": "rootcause_engine.upstream",
     "rootcause_engine.soft_restart": "rootcause_engine.soft_restart",
     "rootcause_engine.distributed": "rootcause_engine",
+    "rootcause_engine.settings": "rootcause_engine",
+    # what both flavours' simulated jobs share (faults, training loop, pods): engine rules
+    "rootcause_engine.simulation": "rootcause_engine",
     "flytekitplugins_rootcause.upstream": "flytekitplugins_rootcause.upstream",
     "flytekitplugins_rootcause.entrypoint": "flytekitplugins_rootcause.entrypoint",
     "flytekitplugins_rootcause.config": "flytekitplugins_rootcause.config",
@@ -145,6 +158,10 @@ ROOMS = {
     # the front-end's top level and local-run code: anything above them, nothing imports them back
     "flytekitplugins_rootcause": None,
     "flytekitplugins_rootcause.simulation": None,
+    # Flyte 2's front-end: config, task, errors, report, its seam, its simulation and demo
+    "flyteplugins.rootcause": "flyteplugins.rootcause",
+    "flyteplugins.rootcause.config": "flyteplugins.rootcause.config",
+    "flyteplugins.rootcause.upstream": "flyteplugins.rootcause.upstream",
 }
 
 
@@ -180,14 +197,30 @@ FRONT_ENDS = ("flytekit", "flytekitplugins", "flyte", "flyteplugins", "flyteidl"
 
 def test_the_engine_imports_no_front_end_in_its_source() -> None:
     """No engine module names flytekit, kfpytorch or flyte in an import, nested imports included."""
+    broken = outside_imports("rootcause_engine", FRONT_ENDS)
+    assert not broken, broken
+
+
+def outside_imports(package: str, tops: tuple[str, ...]) -> list[str]:
+    """``module -> import`` for each import in ``package``'s source of a top-level name in ``tops``."""
     broken = []
     for name, path in module_files():
-        if not inside(name, "rootcause_engine"):
+        if not inside(name, package):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
-            broken += [f"{name} -> {module}" for module in names if module.split(".")[0] in FRONT_ENDS]
+            broken += [f"{name} -> {module}" for module in names if module.split(".")[0] in tops]
+    return broken
+
+
+#: Flyte 1's packages, which Flyte 2's front-end never imports (it installs beside them, apart).
+FLYTE_1 = ("flytekit", "flytekitplugins", "flyteidl")
+
+
+def test_the_flyte_2_front_end_imports_no_flytekit_in_its_source() -> None:
+    """No ``flyteplugins.rootcause`` module names flytekit, kfpytorch or flyteidl in an import."""
+    broken = outside_imports("flyteplugins.rootcause", FLYTE_1)
     assert not broken, broken
 
 

@@ -44,7 +44,7 @@ HISTORY_WORDING = re.compile(
 #: Top-level folders of this repository; a path starting with one of them is checked to exist.
 REPO_FOLDERS = (
     "tests", "benchmarks", "docs", "examples", "flytekitplugins_rootcause", "rootcause_core", "rootcause_engine",
-    "backend_reader", "testbed", "distributions",
+    "backend_reader", "testbed", "distributions", "flyteplugins",
 )
 REPO_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(REPO_FOLDERS)})/[\w./-]*)(.?)")
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -16,14 +16,9 @@ demo leaves a process behind.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
@@ -37,29 +32,18 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
-from flytekitplugins_rootcause.simulation.faults import (
-    CLOCK_OFFSET_VARIABLE,
-    FAULT_TIME_FILE,
-    FAULT_VARIABLE,
-    FAULTY_POD_FILE,
-    FROZEN_POD_FILE,
-    SIM_DIR_VARIABLE,
-    Fault,
-)
-from flytekitplugins_rootcause.simulation.loopback import bound_dns_waits, free_port
-from flytekitplugins_rootcause.simulation.training import RANKS_DIR
-from rootcause_core.timestamps import from_seconds, to_seconds
-from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
-
-#: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.
-_POD_CONTROLLED = (
-    "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
-    "_F_DES",
-    *WORKER_NAME_ENV_VARS,
-    "PET_NNODES",
-    "PET_NPROC_PER_NODE",
-    "PET_RDZV_ENDPOINT",
-    "TORCHELASTIC_ERROR_FILE",
+from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
+from rootcause_engine.simulation.loopback import free_port
+from rootcause_engine.simulation.pods import (
+    FaultGroundTruth,
+    Pod,
+    PodResult,
+    Rescheduler,
+    base_env,
+    clock_env,
+    read_placement,
+    start_pod,
+    wait_for_pods,
 )
 
 
@@ -108,15 +92,7 @@ class JobSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class PodResult:
-    name: str
-    returncode: int | None
-    exited_ns: int
-    log_path: Path
-
-
-@dataclasses.dataclass(frozen=True)
-class JobResult:
+class JobResult(FaultGroundTruth):
     spec: JobSpec
     execution_id: str
     output_prefix: str
@@ -127,31 +103,6 @@ class JobResult:
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     timed_out: bool
     replaced: list[PodResult] = dataclasses.field(default_factory=list)  # pods lost, then rescheduled
-
-    @property
-    def injected_worker(self) -> str | None:
-        """The pod the fault was injected into (ground truth: as the faulty worker recorded it, which
-        resolves a store-host selector; else the fault's pod)."""
-        recorded = self.sim_dir / FAULTY_POD_FILE
-        if recorded.exists():
-            return recorded.read_text()
-        return None if self.spec.fault is None else self.spec.fault.pod
-
-    @property
-    def injected_rank(self) -> int | None:
-        """The global rank the rendezvous gave the faulty worker (ground truth, from the workers)."""
-        fault = self.spec.fault
-        if fault is None:
-            return None
-        ranks = [rank for rank, where in self.placement.items() if where == (self.injected_worker, fault.local_rank)]
-        return ranks[0] if ranks else None
-
-    @property
-    def fault_to_exit_s(self) -> float | None:
-        """Seconds from the fault to the last pod's exit."""
-        if self.fault_ns is None or not self.pods:
-            return None
-        return to_seconds(max(p.exited_ns for p in self.pods) - self.fault_ns)
 
 
 def serialize(task: PythonTask) -> TaskTemplate:
@@ -190,31 +141,6 @@ def write_inputs(task: PythonTask, inputs: dict[str, Any], store: StoreAccess, p
     fs.pipe_file(path, literal_map.to_flyte_idl().SerializeToString())
 
 
-def _base_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key not in _POD_CONTROLLED}
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env["PYTHONWARNINGS"] = "ignore"
-    bound_dns_waits(env)  # every peer of a simulated pod is on loopback
-    return env
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-#: ``sitecustomize`` that skews a pod's wall clock (a folder, not a package: only ``site`` loads it).
-SKEWED_CLOCK_DIR = Path(__file__).with_name("skewed_clock")
-
-
-def _clock_env(fault: Fault | None, pod: str, env: dict[str, str]) -> dict[str, str]:
-    """For the faulty pod of a fault with a clock offset: the variables that skew its wall clock."""
-    if fault is None or not fault.clock_offset_s or pod != fault.pod:
-        return {}
-    path = os.pathsep.join(p for p in (str(SKEWED_CLOCK_DIR), env.get("PYTHONPATH", "")) if p)
-    return {CLOCK_OFFSET_VARIABLE: str(from_seconds(fault.clock_offset_s)), "PYTHONPATH": path}
-
-
 def pod_name(spec: JobSpec, index: int) -> str:
     return f"{spec.pod_name_prefix}-{index}"
 
@@ -243,7 +169,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     )
     args[0] = str(Path(sys.executable).with_name(args[0]))  # the image's console script
     rendezvous = f"127.0.0.1:{free_port()}"
-    env = _base_env() | spec.store.pod_env() | {
+    env = base_env() | spec.store.pod_env() | {
         "FLYTE_INTERNAL_EXECUTION_ID": execution_id,
         "FLYTE_INTERNAL_EXECUTION_PROJECT": "rootcause",
         "FLYTE_INTERNAL_EXECUTION_DOMAIN": "development",
@@ -257,29 +183,16 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     if spec.aggregation:
         env["FLYTE_INTERNAL_DIST_ERROR_STRATEGY"] = "earliest"
 
-    def start_pod(name: str, log_path: Path) -> _Pod:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                args,
-                env=env | {"FLYTE_INTERNAL_WORKER_NAME": name} | _clock_env(spec.fault, name, env),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return name, proc, log_path
+    def start(name: str, log_path: Path) -> Pod:
+        pod_env = env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(spec.fault, name, env)
+        return start_pod(args, pod_env, name, log_path)
 
-    pods = [start_pod(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
     rescheduler = None
     if spec.reschedule_lost_after_s is not None:
-        rescheduler = _Rescheduler(start_pod, spec.reschedule_lost_after_s)
-    results, timed_out = _wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE, rescheduler)
+        rescheduler = Rescheduler(start, spec.reschedule_lost_after_s)
+    results, timed_out = wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE, rescheduler)
     fault_file = sim_dir / FAULT_TIME_FILE
-    ranks_dir = sim_dir / RANKS_DIR
-    placement = {}
-    if ranks_dir.exists():
-        for path in ranks_dir.iterdir():
-            pod, _, local = path.read_text().partition("\n")
-            placement[int(path.name)] = (pod, int(local))
     return JobResult(
         spec=spec,
         execution_id=execution_id,
@@ -288,77 +201,9 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         sim_dir=sim_dir,
         pods=results,
         fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
-        placement=placement,
+        placement=read_placement(sim_dir),
         timed_out=timed_out,
         replaced=[] if rescheduler is None else rescheduler.replaced,
     )
 
 
-_Pod = tuple[str, "subprocess.Popen[bytes]", Path]
-
-
-class _Rescheduler:
-    """Creates a lost pod again, under its name, some seconds after it died (what the training
-    operator does for a PyTorchJob's failed pod); each pod once. Its log goes to ``<name>.rescheduled.log``."""
-
-    def __init__(self, start_pod: Any, after_s: float) -> None:
-        self.start_pod = start_pod
-        self.after_s = after_s
-        self.replaced: list[PodResult] = []
-        self._due: dict[str, float] = {}
-
-    def lost(self, result: PodResult) -> None:
-        """A pod ended; one killed by a signal (not yet rescheduled) is due again after ``after_s``."""
-        rescheduled = any(r.name == result.name for r in self.replaced)
-        if result.returncode is not None and result.returncode < 0 and not rescheduled:
-            self.replaced.append(result)
-            self._due[result.name] = time.monotonic() + self.after_s
-
-    def due(self) -> list[_Pod]:
-        """The pods whose time has come, started now."""
-        ready = [name for name, at in self._due.items() if time.monotonic() >= at]
-        started = []
-        for name in ready:
-            del self._due[name]
-            log_path = next(r.log_path for r in self.replaced if r.name == name)
-            started.append(self.start_pod(name, log_path.with_suffix(".rescheduled.log")))
-        return started
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._due)
-
-
-def _wait_for_pods(
-    pods: list[_Pod], timeout_s: float, frozen_file: Path, rescheduler: _Rescheduler | None = None
-) -> tuple[list[PodResult], bool]:
-    """Wait for every pod to exit, but a frozen one (``frozen_file`` names it), which never will:
-    it is deleted once the others are done, as Kubernetes deletes the pods of a finished job. With a
-    ``rescheduler``, a lost pod is replaced by a new one under its name, which is waited for instead."""
-    deadline = time.monotonic() + timeout_s
-    exited: dict[str, PodResult] = {}
-    timed_out = False
-    lost_procs: list[subprocess.Popen[bytes]] = []
-    while len(exited) < len(pods) - (1 if frozen_file.exists() else 0) or (rescheduler and rescheduler.pending):
-        for name, proc, log_path in pods:
-            if name not in exited and proc.poll() is not None:
-                exited[name] = PodResult(name, proc.returncode, time.time_ns(), log_path)
-                if rescheduler is not None:
-                    rescheduler.lost(exited[name])
-        for new_pod in rescheduler.due() if rescheduler is not None else ():
-            index = next(i for i, pod in enumerate(pods) if pod[0] == new_pod[0])
-            lost_procs.append(pods[index][1])
-            pods[index] = new_pod
-            del exited[new_pod[0]]
-        if time.monotonic() > deadline:
-            timed_out = True
-            break
-        time.sleep(0.02)
-    for proc in lost_procs:
-        _kill_group(proc)
-    for name, proc, log_path in pods:
-        _kill_group(proc)  # the pod's workers too, whatever state they are in
-        if name not in exited:
-            proc.wait()
-            exited[name] = PodResult(name, None, time.time_ns(), log_path)
-    return [exited[name] for name, _, _ in pods], timed_out

@@ -28,9 +28,9 @@ from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine import soft_restart
+from rootcause_engine.simulation.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
 
 SOFT_LOG_DIR = "soft"
 #: Collective timeout of the soft-restart tasks' groups: a failure surfaces as a transport error at

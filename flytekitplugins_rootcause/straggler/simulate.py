@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flytekitplugins_rootcause.simulation.loopback import free_port
 from flytekitplugins_rootcause.straggler.measure import TrialRunner, run_trial
 from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
+from rootcause_engine.simulation.loopback import free_port
 
 
 @dataclass(frozen=True)

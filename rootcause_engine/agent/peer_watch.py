@@ -128,6 +128,19 @@ _FAILURES_KEY = f"{_KEY_PREFIX}failures"
 _STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 
+@dataclasses.dataclass(frozen=True)
+class RoundStore:
+    """A rendezvous round's store as the peer watch holds it, and this pod's group rank, the pod count
+    and whether this pod's agent hosts the store. ``call(operation, *args)`` runs one store operation
+    within the watch's time bound, after any the watch has in flight (it raises what the store raises,
+    or ``StoreUnresponsive``)."""
+
+    call: Callable[..., Any]
+    group_rank: int
+    world_size: int
+    hosts_store: bool
+
+
 class _Round:
     """One rendezvous round's store and what this agent learned in it."""
 
@@ -268,6 +281,20 @@ class PeerWatch:
         with self._lock:
             current = self._round
             return () if current is None else tuple(current.members[r] for r in sorted(current.members))
+
+    def round_store(self) -> RoundStore | None:
+        """The current round's store (every call bounded in time) and this pod's place in the round,
+        for what the pods exchange beside the watch (the agreement on one report); ``None`` before
+        the first round."""
+        current = self._current()
+        if current is None:
+            return None
+
+        def call(operation: str, *args: Any) -> Any:
+            with self._store_lock:  # one operation at a time on the round's client, the heartbeat's included
+                return current.store.call(operation, *args)
+
+        return RoundStore(call, current.own.group_rank, current.world_size, current.own.hosts_store)
 
     def declared_lost(self) -> tuple[LostPeer, ...]:
         """The peers declared lost in the current round while the job was healthy (no failure yet)."""

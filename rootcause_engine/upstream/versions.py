@@ -54,6 +54,9 @@ SUPPORTED: dict[str, SupportedRange] = {
     "torch": SupportedRange((2, 13), (2, 14)),
     "flytekit": SupportedRange((1, 16), (1, 17)),
     "flytekitplugins-kfpytorch": SupportedRange((1, 16), (1, 17)),
+    # Flyte 2's front-end (flyteplugins.rootcause): 2.12.1, the version its seam was written against
+    "flyte": SupportedRange((2, 12), (2, 13)),
+    "flyteplugins-pytorch": SupportedRange((2, 12), (2, 13)),
 }
 
 

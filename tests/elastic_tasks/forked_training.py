@@ -16,7 +16,7 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.simulation.training import (
+from rootcause_engine.simulation.training_loop import (
     SHORT_COLLECTIVE_TIMEOUT_S,
     SHORT_INIT_TIMEOUT_S,
     run_training,

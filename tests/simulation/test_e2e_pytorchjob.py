@@ -28,7 +28,10 @@ from flytekit.core.base_task import PythonTask
 from backend_reader import RemoteFileOutputReader
 from backend_reader.documents import FailureRecord
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.faults import (
+from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
+from flytekitplugins_rootcause.simulation.training import train_2x2
+from rootcause_core.ordering import Role
+from rootcause_engine.simulation.faults import (
     BEFORE_INIT,
     NOT_STORE_HOST_POD,
     STORE_HOST_POD,
@@ -36,9 +39,6 @@ from flytekitplugins_rootcause.simulation.faults import (
     Fault,
     FaultKind,
 )
-from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2
-from rootcause_core.ordering import Role
 from testbed.object_stores import ObjectStore
 from tests.elastic_tasks.forked_training import (
     forked_train_2x1,

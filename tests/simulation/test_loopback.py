@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-from flytekitplugins_rootcause.simulation.loopback import (
+from rootcause_engine.simulation.loopback import (
     LOOPBACK_RESOLVER_OPTIONS,
     RESOLVER_OPTIONS_VARIABLE,
     bound_dns_waits,
 )
-from flytekitplugins_rootcause.simulation.pytorchjob import _base_env
+from rootcause_engine.simulation.pods import base_env
 
 
 def test_an_environment_without_resolver_options_gets_the_loopback_bound() -> None:
@@ -24,7 +24,7 @@ def test_a_users_own_resolver_options_are_kept() -> None:
 
 
 def test_simulated_pods_and_the_suites_processes_inherit_the_bound() -> None:
-    assert RESOLVER_OPTIONS_VARIABLE in _base_env()
+    assert RESOLVER_OPTIONS_VARIABLE in base_env()
     child = subprocess.run([sys.executable, "-c", f"import os; print(os.environ['{RESOLVER_OPTIONS_VARIABLE}'])"],
                            capture_output=True, text=True, check=True, env=dict(os.environ))
     assert child.stdout.strip() == os.environ[RESOLVER_OPTIONS_VARIABLE]

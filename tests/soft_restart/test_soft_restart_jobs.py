@@ -17,7 +17,6 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.faults import NOT_STORE_HOST_POD
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.soft_training import (
     hard_train_2x2,
@@ -28,6 +27,7 @@ from flytekitplugins_rootcause.simulation.soft_training import (
     soft_train_3x1_spawned,
 )
 from rootcause_core.ordering import Role
+from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.simulation.loopback import free_port
 from rootcause_engine.agent.soft_world import Change, SoftWorld, World, members_after
+from rootcause_engine.simulation.loopback import free_port
 
 
 @pytest.fixture

@@ -31,6 +31,8 @@ SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"
 FAULT_TIME_FILE = "fault_time_ns"
 #: Set in the skewed pod only: how far its wall clock runs ahead, in ns (read by ``sitecustomize``).
 CLOCK_OFFSET_VARIABLE = "ROOTCAUSE_SIM_CLOCK_OFFSET_NS"
+#: ``sitecustomize`` that skews a pod's wall clock (a folder, not a package: only ``site`` loads it).
+SKEWED_CLOCK_DIR = Path(__file__).with_name("skewed_clock")
 #: ORDERING: where the first failing worker will record its error (the second waits for that file).
 FIRST_ERROR_FILE = "first_error_file"
 

@@ -1,0 +1,107 @@
+"""End-to-end accuracy on Flyte 2: the action's ``error.pb``, this plugin vs upstream ``flyteplugins.pytorch``.
+
+Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds raise,sigkill,vanish]
+[--nnodes 4] [--no-baseline]`` (default: every kind of ``benchmarks/fault_kinds.py``, 2 pods).
+
+Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers
+(``flyteplugins.rootcause.simulation``: every pod the real ``a0`` entrypoint, local folders as the
+bucket, all pods writing the one output prefix of the action) with one fault, twice on the same
+fault: with this plugin's ``ElasticRootCause`` and with upstream ``Elastic``. What is judged is the
+action's ``error.pb``, the one file Flyte 2's backend reads, whatever pod wrote it last:
+
+- **this plugin**: the pod and rank on the agreed report's first marked line;
+- **upstream Elastic**: ``ContainerError`` names no pod, so the first rank its ``RuntimeError``
+  lists, and the pod the rendezvous gave that rank; a missing ``error.pb`` (a pod force-exited by
+  the zombie watchdog writes none) or a torn one (pods writing different bytes to the one local
+  file at once) is wrong, and counted as such.
+
+A trial is correct when the named pod is the faulty one and the named rank the faulty rank (for a
+vanished or frozen pod, the pod alone). Printed per kind: the share correct and the median/p90 time
+from the fault to the last pod's exit. A frozen pod's baseline, which would wait out gloo's 30-minute
+collective timeout, is given ``FREEZE_BASELINE_S``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from pathlib import Path
+
+from flyte._task import TaskTemplate
+
+from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
+from flyteplugins.rootcause.simulation import training
+from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
+from flyteplugins.rootcause.simulation.verdict import Verdict, rootcause_verdict, upstream_verdict
+
+#: How long the baseline gets with a frozen pod.
+FREEZE_BASELINE_S = 60.0
+#: (plugin, baseline) tasks per pod count; a hang surfaces only with a short collective timeout.
+TASKS: dict[tuple[int, str], tuple[TaskTemplate, TaskTemplate]] = {
+    (2, "any"): (training.train_2x2, training.train_2x2_elastic),
+    (2, "hang"): (training.train_2x2_short_timeout, training.train_2x2_elastic_short_timeout),
+    (4, "any"): (training.train_4x2, training.train_4x2_elastic),
+    (4, "hang"): (training.train_4x2_short_timeout, training.train_4x2_elastic_short_timeout),
+}
+
+
+def verdict(result: JobResult, ours: bool) -> Verdict:
+    document = result.error_document
+    if document is None:
+        return None, None
+    message = document.error.message
+    return rootcause_verdict(message) if ours else upstream_verdict(message, result.placement)
+
+
+def is_right(named: Verdict, result: JobResult, kind: str) -> bool:
+    worker, rank = named
+    return worker == result.injected_worker and (kind in POD_ONLY_KINDS or rank == result.injected_rank)
+
+
+def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool) -> None:
+    plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
+    runs = [("plugin", plugin_task)] + ([("baseline", baseline_task)] if baseline else [])
+    outcomes: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
+    for trial in range(trials):
+        fault = fault_for(kind, trial, nnodes)
+        for label, task in runs:
+            limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
+            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, root=root / "bucket", fault=fault, **limit)
+            result = run_job(spec, work_dir=root / "pods")
+            named = verdict(result, ours=label == "plugin")
+            outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, result.error_pb))
+    cells = []
+    for label in ("plugin", "baseline"):
+        if not outcomes[label]:
+            cells.append("not run")
+            continue
+        ok = sum(correct for correct, _, _ in outcomes[label])
+        states = [state for _, _, state in outcomes[label]]
+        bad = "".join(f", {states.count(state)} {state}" for state in ("missing", "torn") if state in states)
+        times = [t for _, t, _ in outcomes[label] if t is not None]
+        cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%){bad}, {quantiles(times)}")
+    print(f"{kind:<20} {cells[0]:>42} {cells[1]:>42}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
+    parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    args = parser.parse_args()
+    unknown = [kind for kind in args.kinds.split(",") if kind not in KINDS]
+    if unknown:
+        parser.error(f"unknown fault kinds {unknown}; choose from {', '.join(KINDS)}")
+    logging.disable(logging.CRITICAL)
+    root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-flyte2-"))
+    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers through a0; the action's error.pb "
+          "names the faulty pod and rank; median/p90 fault -> all pods exited")
+    print(f"{'fault':<20} {'ElasticRootCause (Flyte 2)':>42} {'flyteplugins.pytorch.Elastic':>42}")
+    for kind in args.kinds.split(","):
+        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The Flyte 2 exceptions a failed job raises: the agreed root cause, with Flyte 2's recoverability.
+
+Flyte 2's runtime turns the task's exception into ``<outputs>/error.pb`` (``convert_from_native_to_error``
+then ``upload_error``): the exception's code and ``str()`` become ``ContainerError.code`` and
+``message``, and only ``flyte.errors.NonRecoverableError`` makes the kind ``NON_RECOVERABLE`` (no
+retry). Every failing pod raises the exception of the same :class:`AgreedReport`, so every pod's
+``error.pb`` holds the same bytes, whichever pod writes last.
+"""
+
+from __future__ import annotations
+
+from flyte.errors import NonRecoverableError, RuntimeSystemError, RuntimeUserError
+
+from rootcause_engine.agent.diagnosis.agreed import AgreedReport
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+
+#: ``ContainerError.code`` of an agreed root cause (the UI shows it beside the message).
+ERROR_CODE = "ElasticRootCause"
+#: ``ContainerError.code`` of a hung agent none of whose workers failed.
+AGENT_HUNG_CODE = "ElasticAgentHung"
+
+
+class ElasticRootCauseError(NonRecoverableError):
+    """The job's root cause is not recoverable: Flyte 2 does not retry it."""
+
+    def __init__(self, agreed: AgreedReport) -> None:
+        super().__init__(agreed.message, code=ERROR_CODE)
+        self.agreed = agreed
+        self.worker = agreed.worker
+
+
+class ElasticRootCauseRecoverableError(RuntimeUserError):
+    """The job's root cause is recoverable (its exception asked for a retry, or a pod was lost)."""
+
+    def __init__(self, agreed: AgreedReport) -> None:
+        super().__init__(ERROR_CODE, agreed.message, agreed.worker)
+        self.agreed = agreed
+
+
+class AgentHungError(RuntimeSystemError):
+    """The agent hung although no worker failed (every worker exited successfully): retryable."""
+
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        super().__init__(AGENT_HUNG_CODE, diagnosis.report)
+        self.diagnosis = diagnosis
+
+
+def root_cause_error(agreed: AgreedReport) -> ElasticRootCauseError | ElasticRootCauseRecoverableError:
+    """The exception for the job's agreed report: non-recoverable where its root cause is."""
+    return ElasticRootCauseRecoverableError(agreed) if agreed.recoverable else ElasticRootCauseError(agreed)

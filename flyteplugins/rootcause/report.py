@@ -1,0 +1,52 @@
+"""The failure timeline in Flyte 2's report, for tasks that enable one (``TaskEnvironment(report=True)``
+or ``@env.task(report=True)``).
+
+The page is the engine's (:mod:`rootcause_engine.agent.diagnosis.timeline_page`, the same as
+flytekit's Deck): every failure of every pod that agreed, on one time axis, the root cause marked.
+Each failing pod flushes the same page (it is made of the same agreed report), so which pod's flush
+lands last does not matter, as for ``error.pb``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import flyte.report
+
+from rootcause_engine.agent.diagnosis.agreed import AgreedReport
+from rootcause_engine.agent.diagnosis.pipeline import RestartRow
+from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeline_html
+
+logger = logging.getLogger(__name__)
+
+#: The report tab the timeline goes to.
+TIMELINE_TAB = "Failure timeline"
+#: The report tab of a launch that went through soft restarts.
+RESTARTS_TAB = "Soft restarts"
+
+
+def timeline_page(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -> str:
+    """The tab's HTML: the timeline of the agreed failures, then the soft restarts (if any)."""
+    page = timeline_html(agreed.failures) if agreed.failures else ""
+    return page + (restarts_html(restarts) if restarts else "")
+
+
+async def publish_timeline(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -> None:
+    """Log the timeline to its tab and flush the report (the task is about to raise)."""
+    await _publish(TIMELINE_TAB, timeline_page(agreed, restarts))
+
+
+async def publish_restarts(restarts: tuple[RestartRow, ...]) -> None:
+    """A launch that healed through soft restarts: its restarts in their tab (nothing without any)."""
+    if restarts:
+        await _publish(RESTARTS_TAB, restarts_html(restarts))
+
+
+async def _publish(tab: str, html: str) -> None:
+    if not html:
+        return
+    try:
+        flyte.report.get_tab(tab).log(html)
+        await flyte.report.flush.aio()
+    except Exception:  # the report is a view: it must never replace the task's own error
+        logger.exception("could not publish the %s report tab", tab)

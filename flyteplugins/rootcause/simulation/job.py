@@ -1,0 +1,160 @@
+"""Run a Flyte 2 task as an N-pod PyTorchJob on this machine, each pod the real ``a0`` entrypoint.
+
+What the backend and the training operator do for a real action, done here with plain processes:
+
+- the container args are the task's own (``TaskTemplate.container_args``, what ``flyte deploy``
+  registers), with the backend's templates (``{{.input}}``, ``{{.outputPrefix}}``, run and action
+  name...) filled in; the inputs file is flyteidl2's ``Inputs``;
+- every pod gets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_RDZV_ENDPOINT`` (one c10d rendezvous
+  on 127.0.0.1), the same run and action, and its own pod name in ``FLYTE_INTERNAL_WORKER_NAME``;
+- every pod writes to the same output prefix, like the pods of one action: ``error.pb`` is the last
+  writer's.
+
+Each pod runs in its own session, so a timeout kills it with all its workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from flyte._task import TaskTemplate
+from flyte.models import SerializationContext
+from flyteidl2.core import execution_pb2
+from flyteidl2.task import common_pb2
+from google.protobuf.message import DecodeError
+
+from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
+from rootcause_engine.simulation.loopback import free_port
+from rootcause_engine.simulation.pods import (
+    FaultGroundTruth,
+    Pod,
+    PodResult,
+    base_env,
+    clock_env,
+    read_placement,
+    start_pod,
+    wait_for_pods,
+)
+
+#: The org, project and domain the simulated action runs in (``a0`` requires them).
+ORG, PROJECT, DOMAIN = "local", "rootcause", "development"
+#: The action's name, as the backend names a run's first action.
+ACTION = "a0"
+#: Where the task's module is importable from: the repository root (the image's working directory).
+ROOT_DIR = Path(__file__).resolve().parents[3]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    task: TaskTemplate
+    nnodes: int
+    nproc_per_node: int
+    #: a local folder used as the bucket
+    root: Path
+    fault: Fault | None = None
+    timeout_s: float = 240.0
+    pod_name_prefix: str = "train-worker"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult(FaultGroundTruth):
+    spec: JobSpec
+    run_name: str
+    output_prefix: Path
+    sim_dir: Path
+    pods: list[PodResult]
+    fault_ns: int | None
+    placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
+    timed_out: bool
+
+    @property
+    def error_pb(self) -> str:
+        """``written``, ``missing`` (no pod wrote one) or ``torn`` (unreadable: pods wrote different
+        bytes to the one local file at once; an object store's put replaces the whole object)."""
+        path = self.output_prefix / "error.pb"
+        if not path.exists():
+            return "missing"
+        try:
+            execution_pb2.ErrorDocument().ParseFromString(path.read_bytes())
+        except DecodeError:
+            return "torn"
+        return "written"
+
+    @property
+    def error_document(self) -> execution_pb2.ErrorDocument | None:
+        """The action's ``error.pb`` (what the backend reads); ``None`` when it is missing or torn."""
+        if self.error_pb != "written":
+            return None
+        document = execution_pb2.ErrorDocument()
+        document.ParseFromString((self.output_prefix / "error.pb").read_bytes())
+        return document
+
+
+def container_args(task: TaskTemplate, values: dict[str, str]) -> list[str]:
+    """The task's container args with the backend's templates replaced by ``values``."""
+    args = task.container_args(SerializationContext(version="simulated", root_dir=ROOT_DIR))
+    return [values.get(arg, arg) for arg in args]
+
+
+def pod_name(spec: JobSpec, index: int) -> str:
+    return f"{spec.pod_name_prefix}-{index}"
+
+
+def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
+    """Start the pods, wait for all of them (or the timeout), and collect what happened."""
+    run_name = f"sim{uuid.uuid4().hex[:10]}"
+    base = spec.root.resolve() / run_name
+    output_prefix = base / "data" / ACTION
+    sim_dir = Path(work_dir or tempfile.mkdtemp(prefix="rootcause-sim-")) / run_name
+    for folder in (output_prefix, sim_dir, base / "raw"):
+        folder.mkdir(parents=True, exist_ok=True)
+    inputs = base / "inputs.pb"
+    inputs.write_bytes(common_pb2.Inputs().SerializeToString())  # the simulated tasks take their defaults
+    args = container_args(
+        spec.task,
+        {
+            "{{.input}}": str(inputs),
+            "{{.outputPrefix}}": str(output_prefix),
+            "{{.rawOutputDataPrefix}}": str(base / "raw"),
+            "{{.checkpointOutputPrefix}}": str(base / "checkpoint"),
+            "{{.prevCheckpointPrefix}}": "",
+            "{{.runName}}": run_name,
+            "{{.actionName}}": ACTION,
+            "{{.runStartTime}}": "",
+        },
+    )
+    args[0] = str(Path(sys.executable).with_name(args[0]))  # the image's console script
+    env = base_env() | {
+        "_U_ORG_NAME": ORG,
+        "FLYTE_INTERNAL_EXECUTION_PROJECT": PROJECT,
+        "FLYTE_INTERNAL_EXECUTION_DOMAIN": DOMAIN,
+        "_U_RUN_BASE": str(base),
+        "PET_NNODES": str(spec.nnodes),
+        "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
+        "PET_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}",
+        SIM_DIR_VARIABLE: str(sim_dir),
+    }
+    if spec.fault is not None:
+        env[FAULT_VARIABLE] = spec.fault.to_env()
+
+    def start(name: str, log_path: Path) -> Pod:
+        pod_env = env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(spec.fault, name, env)
+        return start_pod(args, pod_env, name, log_path)
+
+    pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    results, timed_out = wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE)
+    fault_file = sim_dir / FAULT_TIME_FILE
+    return JobResult(
+        spec=spec,
+        run_name=run_name,
+        output_prefix=output_prefix,
+        sim_dir=sim_dir,
+        pods=results,
+        fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
+        placement=read_placement(sim_dir),
+        timed_out=timed_out,
+    )

@@ -1,0 +1,184 @@
+"""``RootCauseTorchFunctionTask``: Flyte 2's ``TorchFunctionTask`` that reports the job's true first failure.
+
+It keeps the upstream task's serialization (task type, ``DistributedPyTorchTrainingTask`` custom),
+its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint, and runs the same
+``elastic_launch`` differently:
+
+1. inside the engine's observers (:class:`rootcause_engine.agent.launch_session.LaunchSession`,
+   the same as the flytekit flavour's): death watcher, peer watch, hang probe, fast teardown, and
+   the agent watchdog in place of upstream's zombie watchdog, which ``os._exit(1)``\\ s without a
+   word; the engine's watchdog reports the root cause through ``error.pb`` before it ends the pod;
+2. each worker runs the user's function through the engine's ``RecordingTaskFunction`` (exception,
+   nanosecond time, ranks, host);
+3. on failure the engine diagnoses the pod's last attempt, then the failing pods agree on one report
+   through the rendezvous store (:mod:`rootcause_engine.agent.agreement`): Flyte 2 reads one
+   ``error.pb`` per action, written by every pod, so every pod raises the same exception
+   (:mod:`.errors`), non-recoverable where the root cause is; the timeline goes to the report when
+   the task enables one.
+
+``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
+there to observe); :mod:`flyteplugins.rootcause.simulation` runs the real launch through ``a0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import flyte
+from cloudpickle import cloudpickle
+from flyte._context import internal_ctx
+from flyte._task import P, R
+from flyte.extend import TaskPluginRegistry
+from flyteplugins.pytorch.task import TorchFunctionTask, launcher_entrypoint
+from torch.distributed import DistError
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import RendezvousError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from flyteplugins.rootcause.config import ElasticRootCause
+from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
+from flyteplugins.rootcause.report import publish_restarts, publish_timeline
+from flyteplugins.rootcause.upstream import check_flyte, upload_error_document
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.agreement import reach_agreement
+from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.failure_sink import failure_sink
+from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.worker.process_settings import WorkerProcessSettings, agent_environment, before_user_function
+from rootcause_engine.worker.recorder import RecordingTaskFunction
+
+logger = logging.getLogger(__name__)
+
+#: torch elastic's start method for the workers: upstream's (``LaunchConfig``'s default).
+START_METHOD = "spawn"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RootCauseTorchFunctionTask(TorchFunctionTask):
+    """Runs like ``TorchFunctionTask``; on failure every pod raises the job's agreed root cause."""
+
+    plugin_config: ElasticRootCause
+
+    async def execute(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = internal_ctx()
+        tctx = ctx.data.task_context
+        if tctx.mode == "local":
+            return self.func(*args, **kwargs)
+        check_flyte()
+        tctx = tctx.replace(data=await self.pre(*args, **kwargs))
+        with ctx.replace_task_context(tctx), failure_sink(
+            lambda error: upload_error_document(error, tctx.output_path), destination=tctx.output_path
+        ):
+            launch = LaunchSession(
+                self._launch_settings(), error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self)
+            )
+            with launch:
+                try:
+                    with launch.running():
+                        out = elastic_launch(self._launch_config(), entrypoint=launcher_entrypoint)(
+                            tctx, cloudpickle.dumps(self._recording()), kwargs
+                        )
+                except ChildFailedError as exc:
+                    diagnosis = launch.workers_failed(exc)
+                    if diagnosis is None:
+                        raise
+                    raise await self._raised(launch, diagnosis) from None
+                except (RendezvousError, DistError) as exc:
+                    diagnosis = launch.store_lost(exc)
+                    if diagnosis is None:
+                        raise
+                    raise await self._raised(launch, diagnosis) from None
+                if self.report:
+                    await publish_restarts(launch.restarts())
+            result = out.get(0)  # rank 0 returns the task's output
+            await self.post(result)
+        return result
+
+    def _recording(self) -> RecordingTaskFunction:
+        """What each worker runs: the user's function, recorded, after the worker-side settings."""
+        config = self.plugin_config
+        settings = WorkerProcessSettings(collective_timeout_s=config.collective_timeout_s, hang_probe=config.hang_probe)
+        return RecordingTaskFunction(self.func, before_user_function([settings]))
+
+    def _launch_config(self) -> LaunchConfig:
+        """torch's launch config, as upstream builds it (the monitor interval may be below a second)."""
+        config = self.plugin_config
+        return LaunchConfig(
+            run_id=flyte.ctx().action.run_name,
+            min_nodes=self.min_nodes,
+            max_nodes=self.max_nodes,
+            nproc_per_node=config.nproc_per_node,
+            rdzv_backend=config.rdzv_backend,
+            rdzv_configs=config.rdzv_configs,
+            rdzv_endpoint=os.environ.get(RENDEZVOUS_ENDPOINT_VARIABLE, "localhost:0"),
+            max_restarts=config.max_restarts,
+            monitor_interval=config.monitor_interval,
+            start_method=START_METHOD,
+        )
+
+    def _launch_settings(self) -> LaunchSettings:
+        """The engine's view of this task's config."""
+        return LaunchSettings.of(
+            self.plugin_config,
+            min_nodes=int(self.min_nodes),
+            max_nodes=int(self.max_nodes),
+            start_method=START_METHOD,
+            rdzv_backend=self.plugin_config.rdzv_backend,
+            environment=agent_environment(_EngineEnvironment.of(self.plugin_config)),
+        )
+
+    async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis) -> Exception:
+        """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report tab."""
+        error = _job_error(diagnosis, launch.peers, self)
+        agreed = getattr(error, "agreed", None)
+        logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
+        if isinstance(agreed, AgreedReport) and self.report:
+            await publish_timeline(agreed, launch.restarts())
+        return error
+
+
+def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask) -> Exception:
+    """The job's exception for this pod's ``diagnosis``: agreed with the other failing pods (also what
+    the agent watchdog hands the failure sink before it ends the pod)."""
+    if not diagnosis.failures:
+        return AgentHungError(diagnosis)
+    word = PodWord.of(current_worker_name(), diagnosis)
+    agreed = reach_agreement(peers, word, timeout_s=task.plugin_config.agreement_timeout_s)
+    return root_cause_error(agreed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EngineEnvironment:
+    """The engine's agent-environment settings of a Flyte 2 config.
+
+    ``Elastic``'s NCCL fields differ from the engine's: its async error handling is a flag (on: mode 1,
+    which the soft policy turns into 2; off: torch's default), its heartbeat timeout is
+    ``nccl_heartbeat_timeout_sec``. Upstream's ``pre`` applies them too; the engine applies them first
+    so that a soft-restart launch gets its clean-up-only mode.
+    """
+
+    nccl_heartbeat_timeout_s: int | None
+    nccl_async_error_handling: int | None
+    nproc_per_node: int
+    unbuffered_output: bool
+    flight_recorder_entries: int | None
+    restart_policy: str
+
+    @classmethod
+    def of(cls, config: ElasticRootCause) -> _EngineEnvironment:
+        return cls(
+            nccl_heartbeat_timeout_s=config.nccl_heartbeat_timeout_sec,
+            nccl_async_error_handling=1 if config.nccl_async_error_handling else None,
+            nproc_per_node=config.nproc_per_node,
+            unbuffered_output=config.unbuffered_output,
+            flight_recorder_entries=config.flight_recorder_entries,
+            restart_policy=config.restart_policy,
+        )
+
+
+# Flyte 2 finds a task class by the config's exact type (a dict lookup): ours is registered for ours.
+TaskPluginRegistry.register(config_type=ElasticRootCause, plugin=RootCauseTorchFunctionTask)

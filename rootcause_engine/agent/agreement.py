@@ -1,0 +1,109 @@
+"""The failing pods agree on one report through the rendezvous store, within a bounded wait.
+
+Why: a backend that reads one error document per action (Flyte 2 reads ``<outputs>/error.pb``, and
+every pod of the job writes that same path) shows the last writer's error, which is a victim's as
+often as not. If every pod writes the *same* document, the order of the writes no longer matters.
+
+How, in the round's store (the c10d rendezvous store torch scoped to the round, keys under
+``rootcause/agree/``), once this pod's diagnosis is made:
+
+1. this pod says what it saw: ``said/<group rank>`` = its :class:`~.diagnosis.agreed.PodWord`;
+2. it reads the other pods' words until every pod that can still speak has spoken (pods the peer
+   watch found lost never will) or ``timeout_s`` has passed;
+3. it proposes the report made of the words it holds (:func:`~.diagnosis.agreed.agreed_report`,
+   pure) with one ``compare_set`` on ``decided``: the first proposal wins, and every pod, the
+   proposer included, takes the winning one, so all of them write the same bytes;
+4. it counts itself in ``read``; the pod whose agent hosts the store (the store dies with it) waits,
+   within the same bound, until every pod whose word it holds has read the decision.
+
+A pod that cannot reach the store (its host is gone, it froze) or finds no valid decision writes
+its own best: the report made of its word alone. Store errors never propagate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from rootcause_engine.agent.bounded_store import StoreUnresponsive
+from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
+from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
+
+logger = logging.getLogger(__name__)
+
+#: How long a pod waits for the other failing pods' words (and the store's host for their reading
+#: the decision). The pods of a failed job diagnose within moments of each other: the others are
+#: told of the first failure through the store and end their workers at once.
+DEFAULT_AGREEMENT_TIMEOUT_S = 10.0
+#: Pause between two looks at the store for missing words.
+POLL_S = 0.05
+
+_PREFIX = "rootcause/agree/"
+_DECIDED_KEY = f"{_PREFIX}decided"
+_READ_KEY = f"{_PREFIX}read"
+
+#: What a store that has gone away raises (torch's ``DistError`` family is ``RuntimeError``).
+_STORE_ERRORS = (RuntimeError, OSError, ValueError, StoreUnresponsive)
+
+
+def _said_key(group_rank: int) -> str:
+    return f"{_PREFIX}said/{group_rank}"
+
+
+def reach_agreement(
+    peers: PeerWatch, word: PodWord, *, timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S, silent: Iterable[int] = ()
+) -> AgreedReport:
+    """The report every failing pod of the job writes (see the module docstring).
+
+    The pods not waited for: the peers the watch declared lost, the ones this pod's diagnosis found
+    lost (``word.lost_peers``) and ``silent`` (group ranks). Never raises for the store's sake.
+    """
+    own = agreed_report([word])
+    access = peers.round_store()
+    if access is None or access.world_size < 2:
+        return own
+    lost = {peer.group_rank for peer in (*peers.declared_lost(), *word.lost_peers)} | set(silent)
+    try:
+        return _agree(access, word, own, lost, timeout_s)
+    except _STORE_ERRORS as error:
+        logger.warning("the pods could not agree through the rendezvous store (%s): this pod writes its own", error)
+        return own
+
+
+def _agree(access: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float) -> AgreedReport:
+    store = access
+    deadline = time.monotonic() + timeout_s
+    store.call("set", _said_key(access.group_rank), word.to_json())
+    words = {access.group_rank: word}
+    expected = set(range(access.world_size)) - lost
+    while True:
+        for rank in sorted(expected - words.keys()):
+            key = _said_key(rank)
+            if store.call("check", [key]):
+                said = PodWord.from_json(store.call("get", key))
+                if said is not None:
+                    words[rank] = said
+        if words.keys() >= expected or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    if not words.keys() >= expected:
+        missing = sorted(expected - words.keys())
+        logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
+    proposal = agreed_report(list(words.values()))
+    decided = AgreedReport.from_json(store.call("compare_set", _DECIDED_KEY, "", proposal.to_json()))
+    store.call("add", _READ_KEY, 1)
+    if access.hosts_store:
+        _keep_store_until_read(store, len(words), deadline)
+    if decided is None:
+        logger.warning("the agreed report in the rendezvous store is not valid: this pod writes its own report")
+        return own
+    return decided
+
+
+def _keep_store_until_read(store: RoundStore, readers: int, deadline: float) -> None:
+    """The store's host stays until ``readers`` pods read the decision (or the deadline passes)."""
+    while time.monotonic() < deadline:
+        if int(store.call("add", _READ_KEY, 0)) >= readers:
+            return
+        time.sleep(POLL_S)

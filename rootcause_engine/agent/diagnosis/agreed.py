@@ -1,0 +1,215 @@
+"""One report for the whole job, from what each failing pod says: the agreement's pure part.
+
+Where the backend reads a single error document per action (Flyte 2: ``error.pb``, the last writer
+wins), the pods cannot each write their own view: a victim's pod would as often as not be the last
+writer. So each failing pod says what it saw (:class:`PodWord`: its ranked failures, the peers it
+found lost, the members it knew) and one :class:`AgreedReport` is made from all the words. The
+store exchange that collects them is :mod:`rootcause_engine.agent.agreement`; this module decides,
+without I/O or clocks, so the same words always give the same report.
+
+The report's first line names the root cause: pod, global rank, time in nanoseconds and cause
+(the failure the shared rule puts first over every pod's failures); when every failure seen is a
+victim's and a pod said nothing at all while its peers found it lost, that pod is the root cause
+(``[lost pod]``). Then the other failures, victims included, one line each, then the lost pods,
+then which pods' words the report holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rootcause_core.ordering import Role, TimeSource, order_failures
+from rootcause_core.roles import role_marker
+from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, member_from_entry
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
+from rootcause_engine.agent.diagnosis.selection import is_recoverable
+
+#: Bumped when a word's or a report's JSON changes: pods of one job run one image, so a mismatch
+#: means a stray key, which is ignored.
+FORMAT = 1
+
+
+def failure_to_json(failure: WorkerFailure) -> dict[str, Any]:
+    return {field.name: _plain(getattr(failure, field.name)) for field in dataclasses.fields(failure)}
+
+
+def failure_from_json(data: dict[str, Any]) -> WorkerFailure:
+    values = {field.name: data[field.name] for field in dataclasses.fields(WorkerFailure) if field.name in data}
+    values["role"] = Role(values["role"])
+    values["time_source"] = TimeSource(values["time_source"])
+    return WorkerFailure(**values)
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, (Role, TimeSource)) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class PodWord:
+    """What one failing pod says: who it is, its failures root cause first, the peers it found lost
+    and the members it knew."""
+
+    worker: str
+    failures: tuple[WorkerFailure, ...]
+    lost_peers: tuple[LostPeer, ...] = ()
+    members: tuple[Member, ...] = ()
+
+    @classmethod
+    def of(cls, worker: str, diagnosis: Diagnosis) -> PodWord:
+        return cls(worker, diagnosis.failures, diagnosis.lost_peers, diagnosis.members)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "worker": self.worker,
+                "failures": [failure_to_json(f) for f in self.failures],
+                "lost": [peer.entry() for peer in self.lost_peers],
+                "members": [member.entry() for member in self.members],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PodWord | None:
+        """The word in ``text``; ``None`` for anything that is not one (a stray or torn value)."""
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                return None
+            members = tuple(m for m in (member_from_entry(entry) for entry in data["members"]) if m is not None)
+            return cls(
+                worker=str(data["worker"]),
+                failures=tuple(failure_from_json(f) for f in data["failures"]),
+                lost_peers=tuple(LostPeer(int(g), str(w), None if t is None else int(t)) for g, w, t in data["lost"]),
+                members=members,
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
+@dataclasses.dataclass(frozen=True)
+class AgreedReport:
+    """The job's one report: the text every pod writes, whether a retry may help, and the root cause."""
+
+    message: str
+    recoverable: bool
+    worker: str | None
+    global_rank: int | None
+    timestamp_ns: int | None
+    #: the pods whose words it holds, by name
+    testified: tuple[str, ...]
+    #: every failure of every pod that spoke, root cause first (for a timeline)
+    failures: tuple[WorkerFailure, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "message": self.message,
+                "recoverable": self.recoverable,
+                "worker": self.worker,
+                "global_rank": self.global_rank,
+                "timestamp_ns": self.timestamp_ns,
+                "testified": list(self.testified),
+                "failures": [failure_to_json(f) for f in self.failures],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AgreedReport | None:
+        try:
+            data = json.loads(text)
+            if data.get("format") != FORMAT:
+                return None
+            return cls(
+                message=str(data["message"]),
+                recoverable=bool(data["recoverable"]),
+                worker=data["worker"],
+                global_rank=data["global_rank"],
+                timestamp_ns=data["timestamp_ns"],
+                testified=tuple(str(w) for w in data["testified"]),
+                failures=tuple(failure_from_json(f) for f in data["failures"]),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
+def agreed_report(words: Sequence[PodWord], *, noticed_ns: int | None = None) -> AgreedReport:
+    """The one report made of ``words`` (at least one, each with at least one failure).
+
+    Pure and order-free: the words are taken in pod-name order, so any pod that holds the same
+    words makes the same report. ``noticed_ns``: when the peers lost contact with a lost pod
+    (default: the earliest failure's time).
+    """
+    if not words or not any(word.failures for word in words):
+        raise ValueError("an agreed report needs at least one pod's word with a failure")
+    words = sorted(words, key=lambda word: word.worker)
+    testified = tuple(word.worker for word in words)
+    failures = order_failures(failure for word in words for failure in word.failures)
+    lost = _lost_pods(words, set(testified))
+    members = {member.worker: member for word in words for member in word.members}
+    root = failures[0]
+    noticed = noticed_ns if noticed_ns is not None else min(
+        (f.timestamp_ns for f in failures if f.timestamp_ns is not None), default=None
+    )
+    sections = []
+    if root.role == Role.VICTIM and lost:
+        # nobody failed on their own: the pod that went silent is the cause (a lost node writes nothing)
+        head = lost[0]
+        sections.append(_lost_pod_line(head, members.get(head.worker), noticed))
+        sections.append(format_root_cause_message(failures).replace(role_marker(Role.VICTIM), "victim:", 1))
+        worker, rank, at = head.worker, _first_rank(members.get(head.worker)), head.last_seen_ns or noticed
+        recoverable = True
+    else:
+        sections.append(format_root_cause_message(failures))
+        worker, rank, at = root.worker, root.global_rank, root.timestamp_ns
+        recoverable = is_recoverable(failures)
+    for peer in lost:
+        sections.append(describe_lost_peer(peer, noticed_ns=noticed or 0))
+    sections.append(f"Agreed by the failing pods: {', '.join(testified)}.")
+    return AgreedReport(
+        message="\n\n".join(sections),
+        recoverable=recoverable,
+        worker=worker,
+        global_rank=rank,
+        timestamp_ns=at,
+        testified=testified,
+        failures=tuple(failures),
+    )
+
+
+def _lost_pods(words: Sequence[PodWord], testified: set[str]) -> list[LostPeer]:
+    """The peers some pod found lost and that said nothing themselves, by group rank (one each)."""
+    found: dict[str, LostPeer] = {}
+    for word in words:
+        for peer in word.lost_peers:
+            if peer.worker in testified:
+                continue
+            known = found.get(peer.worker)
+            if known is None or (peer.last_seen_ns or 0) > (known.last_seen_ns or 0):
+                found[peer.worker] = peer
+    return sorted(found.values(), key=lambda peer: (peer.group_rank, peer.worker))
+
+
+def _first_rank(member: Member | None) -> int | None:
+    return None if member is None else member.first_rank
+
+
+def _lost_pod_line(peer: LostPeer, member: Member | None, noticed_ns: int | None) -> str:
+    """The first line for a lost pod: marker, its ranks, when it was last seen, what is known."""
+    ranks = "rank ?" if member is None else _ranks(member)
+    at = peer.last_seen_ns if peer.last_seen_ns is not None else noticed_ns
+    return (
+        f"{role_marker(Role.LOST_PEER)} {ranks} (group rank {peer.group_rank}) on worker {peer.worker} "
+        f"failed at {format_time(at)} (last seen alive): the pod wrote nothing and every other pod lost it"
+    )
+
+
+def _ranks(member: Member) -> str:
+    ranks = member.global_ranks
+    return f"rank {ranks.start}" if len(ranks) == 1 else f"rank {ranks.start} (ranks {ranks.start}-{ranks.stop - 1})"

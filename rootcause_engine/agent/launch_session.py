@@ -1,0 +1,314 @@
+"""One observed elastic launch: every observer the engine puts around torch's agent, and its diagnosis.
+
+Both front-ends (flytekit's ``ElasticRootCauseFunctionTask`` and Flyte 2's
+``RootCauseTorchFunctionTask``) run torch elastic's launch the same way; only how they call the
+launch and what they turn the diagnosis into differ. This module is the part they share, so the
+order in which the observers are entered (it matters: see each step) exists once:
+
+1. :class:`LaunchSession` (outer block): the stores torch would serve from a forking agent run in
+   keepers (:mod:`.store_keeper`, before any thread starts), the death watcher, the soft-restart
+   channel, the launch observer, the peer watch with its lost-peer handler, the agent watchdog;
+2. :meth:`LaunchSession.running` (inner block, around the launch call itself): the agent's
+   environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
+   preformatted exceptions, the launch observer's patches, the watchdog's thread;
+3. after the launch raised, :meth:`LaunchSession.workers_failed` or :meth:`LaunchSession.store_lost`
+   runs the one diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
+
+The peer watch is finished and closed when the outer block ends, so the diagnosis (which tells and
+asks the peers) and whatever the front-end does with the peers' store after it (Flyte 2's agreement)
+happen inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+from rootcause_core.safe_text import exception_summary
+from rootcause_core.testimony import LostPeer
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
+from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
+from rootcause_engine.agent.launch_record import record_launch
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.agent.rendezvous_host import this_agent_hosts_rendezvous
+from rootcause_engine.agent.soft_restart_agent import (
+    SoftRestartLoop,
+    SoftRestartSession,
+    history_note,
+    history_rows,
+)
+from rootcause_engine.agent.store_keeper import stores_kept
+from rootcause_engine.agent.torch_log_format import exceptions_preformatted
+from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
+from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.upstream.torch_agent_loop import launcher_agent_with_loop
+from rootcause_engine.worker.process_settings import applied_environment
+
+logger = logging.getLogger(__name__)
+
+#: Where the training operator puts the rendezvous endpoint (both front-ends hand it to torch).
+RENDEZVOUS_ENDPOINT_VARIABLE = "PET_RDZV_ENDPOINT"
+
+#: SIGTERM to SIGKILL for workers ended because a peer pod is lost: they wait in a collective for a
+#: pod that will never answer, so a SIGTERM handler of theirs (forked workers inherit the agent's)
+#: cannot run, and the configured grace would only delay the report.
+LOST_PEER_TEARDOWN_GRACE_S = 1.0
+
+#: After a lost store host's verdict, how long torch's agent gets (beyond the teardown grace) to
+#: report its failed workers before the watchdog reports for it: torch's monitor loop asks the
+#: rendezvous store how many nodes wait, and that call never returns from a frozen store.
+STORE_HOST_LOST_GRACE_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """What the engine needs to know of a launch (each front-end fills it from its own config)."""
+
+    teardown_grace_s: float
+    hang_probe: bool
+    lost_after_s: float | None
+    heartbeat_interval_s: float
+    #: ``"hard"`` (torch's) or ``"soft"`` (the soft-restart RFC's, :mod:`.soft_restart_agent`)
+    restart_policy: str
+    soft_restart_timeout_s: float
+    min_nodes: int
+    max_nodes: int
+    start_method: str
+    rdzv_backend: str
+    rdzv_endpoint: str
+    rdzv_configs: Mapping[str, Any] | None
+    #: the agent watchdog's settings; ``None``: no watchdog
+    watchdog: WatchdogSettings | None
+    #: variables set in the agent's environment for the launch where unset (``process_settings``)
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        config: Any,
+        *,
+        min_nodes: int,
+        max_nodes: int,
+        start_method: str,
+        rdzv_backend: str,
+        environment: Mapping[str, str],
+    ) -> LaunchSettings:
+        """The settings of either front-end's ``ElasticRootCause`` (both carry the root-cause fields
+        and ``rdzv_configs``); the rendezvous endpoint is the one the training operator gives the pod."""
+        return cls(
+            teardown_grace_s=config.teardown_grace_s,
+            hang_probe=config.hang_probe,
+            lost_after_s=config.lost_after_s,
+            heartbeat_interval_s=config.heartbeat_interval_s,
+            restart_policy=config.restart_policy,
+            soft_restart_timeout_s=config.soft_restart_timeout_s,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            start_method=start_method,
+            rdzv_backend=rdzv_backend,
+            rdzv_endpoint=os.environ.get(RENDEZVOUS_ENDPOINT_VARIABLE, "localhost:0"),
+            rdzv_configs=config.rdzv_configs,
+            watchdog=watchdog_settings(config),
+            environment=environment,
+        )
+
+
+class LaunchSession:
+    """The observers of one launch (the outer block of the module docstring); a context manager.
+
+    ``error_of`` turns a diagnosis into the front-end's exception: the watchdog, which exits the
+    process, hands that to the last-resort failure sink.
+    """
+
+    def __init__(self, settings: LaunchSettings, *, error_of: Callable[[Diagnosis], BaseException]) -> None:
+        self.settings = settings
+        self.error_of = error_of
+        self.peers = PeerWatch(
+            current_worker_name(),
+            hosts_store=this_agent_hosts_rendezvous,
+            silence_limit_s=settings.lost_after_s,
+            interval_s=settings.heartbeat_interval_s,
+        )
+        self._stack = contextlib.ExitStack()
+        self.observer: LaunchObserver | None = None
+        self.soft: SoftRestartSession | None = None
+        self.watchdog: AgentWatchdog | None = None
+
+    def __enter__(self) -> LaunchSession:
+        settings = self.settings
+        stack = self._stack.__enter__()
+        try:
+            stack.callback(self._finish_peers)
+            stack.enter_context(
+                stores_kept(settings.start_method, settings.rdzv_backend, settings.rdzv_endpoint, settings.rdzv_configs)
+            )
+            watcher = stack.enter_context(DeathWatcher())
+            channel_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rootcause-soft-restart-"))
+            self.observer = observer = LaunchObserver(
+                watcher, teardown_grace_s=settings.teardown_grace_s, probe_before_teardown=settings.hang_probe
+            )
+            self.soft = soft = self._soft_restart_session(observer, channel_dir)
+            if soft is not None:
+                soft.watch_peers = self.peers.joined
+            if settings.watchdog is not None:
+                self.watchdog = AgentWatchdog(observer, settings.watchdog, error_of=self.error_of, peers=self.peers)
+            if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
+                self.peers.when_a_peer_fails(lambda: end_running_attempt(observer))
+            self.peers.when_a_peer_is_lost(LostPeerHandler(observer, self.peers, soft, self.watchdog))
+        except BaseException:
+            self._stack.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return self._stack.__exit__(exc_type, exc, tb)
+
+    def _finish_peers(self) -> None:
+        self.peers.finish()
+        self.peers.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[LaunchObserver]:
+        """The block that calls torch's launch (the inner block of the module docstring)."""
+        observer = self._observer()
+        with (
+            applied_environment(self.settings.environment),
+            _soft_restarts(self.soft),
+            exceptions_preformatted(),
+            observing_launch(observer, self.peers),
+            self.watchdog if self.watchdog is not None else contextlib.nullcontext(),
+        ):
+            yield observer
+
+    def restarts(self) -> tuple[RestartRow, ...]:
+        """The soft restarts the job went through (none under hard restarts)."""
+        return tuple(history_rows(self.soft)) if self.soft is not None else ()
+
+    def workers_failed(self, child_failed: ChildFailedError) -> Diagnosis | None:
+        """The diagnosis after torch reported failed workers; ``None`` when the record holds no failure.
+
+        Workers this pod ended because a silent peer was declared lost fail like any others; the
+        trigger says which road it was.
+        """
+        trigger = Trigger.PEER_LOST if self.peers.declared_lost() else Trigger.WORKER_FAILED
+        return self._diagnose(trigger, child_failed)
+
+    def store_lost(self, error: BaseException) -> Diagnosis | None:
+        """The diagnosis after torch's agent lost the rendezvous store (its host pod is gone) before it
+        saw its workers fail; ``None`` when no attempt was started or none of its workers failed."""
+        if self._observer().last_attempt() is None:
+            return None
+        return self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
+
+    def _diagnose(self, trigger: Trigger, child_failed: ChildFailedError | None, *notes: str) -> Diagnosis | None:
+        soft = self.soft
+        if soft is not None and (earlier := history_note(soft)):
+            notes = (*notes, earlier)
+        return diagnose(
+            record_launch(self._observer(), child_failed),
+            trigger=trigger,
+            peers=self.peers,
+            notes=notes,
+            restarts=self.restarts(),
+        )
+
+    def _observer(self) -> LaunchObserver:
+        if self.observer is None:
+            raise RuntimeError("the launch session is used outside its block")
+        return self.observer
+
+    def _soft_restart_session(self, observer: LaunchObserver, channel_dir: str) -> SoftRestartSession | None:
+        """What the soft-restart loop needs from this launch; ``None`` under torch's hard restarts."""
+        settings = self.settings
+        if settings.restart_policy != "soft":
+            return None
+        return SoftRestartSession(
+            worker=current_worker_name(),
+            channel=WorkerChannel(channel_dir),
+            diagnose=lambda child_failed: local_diagnosis(observer, child_failed),
+            end_workers=lambda: end_running_attempt(observer),
+            timeout_s=settings.soft_restart_timeout_s,
+            min_nodes=settings.min_nodes,
+            max_nodes=settings.max_nodes,
+        )
+
+
+@contextlib.contextmanager
+def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
+    """For a soft-restart launch: the workers find their channel, and torch's agent runs the soft loop."""
+    if session is None:
+        yield
+        return
+    with applied_environment(session.channel.environment()), launcher_agent_with_loop(SoftRestartLoop(session)):
+        yield
+
+
+def local_diagnosis(observer: LaunchObserver, child_failed: ChildFailedError) -> Diagnosis | None:
+    """The diagnosis of a failure a soft restart may heal (this pod's record only: the job goes on)."""
+    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART)
+
+
+def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s: float | None = None) -> None:
+    """Another pod's launch failed: end this pod's workers still running (probed first, as in any teardown).
+
+    They could only fail as victims now; one that hangs would never fail at all, and this pod would
+    hold the job until the operator deleted it, with no report of its own.
+    """
+    attempt = observer.last_attempt()
+    if attempt is not None and observer.teardown_ns(attempt) is None:
+        logger.warning("another pod's launch failed or was lost: ending this pod's workers of attempt %d", attempt)
+        observer.end_workers(attempt, probe=probe, grace_s=grace_s)
+
+
+@dataclasses.dataclass
+class LostPeerHandler:
+    """What this pod does when the peer watch declares peers lost while the job was healthy.
+
+    Under soft restarts, while the store's host is not among them, the soft loop takes them out of
+    the world and the survivors go on (it ends the job itself when too few nodes would be left).
+    Otherwise (the hard policy, or the store gone with its host) this pod's workers are ended once.
+    """
+
+    observer: LaunchObserver
+    peers: PeerWatch
+    soft: SoftRestartSession | None
+    watchdog: AgentWatchdog | None
+    ended: bool = False
+
+    def __call__(self, lost: tuple[LostPeer, ...]) -> None:
+        hosts = {member.group_rank for member in self.peers.members() if member.hosts_store}
+        if self.soft is not None and not any(peer.group_rank in hosts for peer in lost):
+            self.soft.peers_lost(lost)
+            return
+        if not self.ended:
+            self.ended = True
+            a_peer_is_lost(self.observer, lost, hosts, self.watchdog)
+
+
+def a_peer_is_lost(
+    observer: LaunchObserver, lost: tuple[LostPeer, ...], hosts: set[int], watchdog: AgentWatchdog | None
+) -> None:
+    """Peers sent no heartbeat while the job was healthy: end this pod's workers (they fail as victims,
+    and the report names the lost pods); if the store's host is among them, torch's agent may never
+    return, so the watchdog reports for it after the teardown."""
+    names = ", ".join(f"{peer.worker} (group rank {peer.group_rank})" for peer in lost)
+    logger.error("peer pods lost while the job was healthy: %s; ending this pod's workers", names)
+    end_running_attempt(observer, probe=False, grace_s=LOST_PEER_TEARDOWN_GRACE_S)
+    if watchdog is not None and any(peer.group_rank in hosts for peer in lost):
+        why = (
+            f"The pod that hosts the rendezvous store, {names}, sent no heartbeat and its store stopped "
+            "answering: torch's agent waits on that store for ever, so the agent watchdog reported for it."
+        )
+        watchdog.expedite(why, within_s=LOST_PEER_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S)

@@ -1,0 +1,47 @@
+"""Real Flyte 2 jobs on this machine: every pod the real ``a0`` entrypoint, spawned gloo workers on
+loopback, local folders as the bucket (``flyteplugins.rootcause.simulation``); what is checked is the
+action's one ``error.pb``, as Flyte 2's backend reads it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from flyteidl2.core import execution_pb2
+
+from flyteplugins.rootcause.errors import ERROR_CODE
+from flyteplugins.rootcause.simulation import training
+from flyteplugins.rootcause.simulation.job import JobSpec, run_job
+from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
+from rootcause_engine.simulation.faults import Fault, FaultKind
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_raising_rank_is_named_in_error_pb_non_recoverable_with_the_timeline_in_the_report(tmp_path: Path) -> None:
+    fault = Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0)
+    spec = JobSpec(task=training.train_2x1, nnodes=2, nproc_per_node=1, root=tmp_path / "bucket", fault=fault,
+                   timeout_s=180)
+    result = run_job(spec, work_dir=tmp_path / "pods")
+    assert not result.timed_out
+    document = result.error_document
+    assert document is not None, f"no error.pb; pod logs under {result.sim_dir}"
+    error = document.error
+    assert (error.code, error.kind) == (ERROR_CODE, execution_pb2.ContainerError.NON_RECOVERABLE)
+    assert rootcause_verdict(error.message) == ("train-worker-1", result.injected_rank) != (None, None)
+    assert "injected failure on train-worker-1" in error.message.split("\n\n")[0]
+    assert "Agreed by the failing pods: train-worker-0, train-worker-1." in error.message
+    report = (result.output_prefix / "report.html").read_text()
+    assert "Failure timeline" in report and "train-worker-1" in report and "root cause" in report
+
+
+def test_the_demo_names_a_pod_that_vanished_whole_from_its_peers_agreed_word(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("rootcause-demo-flyte2")
+    run = subprocess.run([str(script), "--fault", "vanish", "--output", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "error.pb: code ElasticRootCause, kind RECOVERABLE" in run.stdout
+    assert "[lost pod] rank 2 (ranks 2-3) (group rank 1) on worker train-worker-1 " in run.stdout
+    assert "named:    train-worker-1 rank None" in run.stdout
