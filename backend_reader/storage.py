@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-import fsspec
 from fsspec.asyn import AsyncFileSystem
 
+from backend_reader.filesystems import filesystem_class
 from backend_reader.layout import base_name
 
 T = TypeVar("T")
@@ -136,7 +136,7 @@ class Storage:
 
     async def __aenter__(self) -> Storage:
         try:
-            fs_class = fsspec.get_filesystem_class(self.protocol)
+            fs_class = filesystem_class(self.protocol)
         except (ValueError, ImportError) as error:
             raise StorageError(f"cannot open storage '{self.protocol}://': {error}") from error
         options = {"skip_instance_cache": True, **self.storage_options}

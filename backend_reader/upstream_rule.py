@@ -29,6 +29,7 @@ import fsspec
 from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import message as protobuf_message
 
+from backend_reader.filesystems import url_to_fs
 from rootcause_core.error_files import ERROR_FILE_NAME
 from rootcause_core.safe_text import MAX_DOCUMENT_BYTES
 from rootcause_core.timestamps import from_protobuf, to_protobuf
@@ -147,7 +148,7 @@ def earliest_error(
     :class:`UpstreamReadError` when any listed file cannot be read, as the Go reader fails then.
     """
     if fs is None:
-        fs, output_prefix = fsspec.core.url_to_fs(output_prefix, **storage_options)
+        fs, output_prefix = url_to_fs(output_prefix, **storage_options)
     best: UpstreamPick | None = None
     for path in list_error_files(fs, output_prefix, error_file_name):
         pick = read_upstream_document(fs, path, max_payload_bytes)

@@ -25,6 +25,7 @@ from typing import Any
 
 import fsspec
 
+from backend_reader.filesystems import filesystem
 from rootcause_engine.simulation.loopback import free_port
 
 
@@ -39,7 +40,7 @@ class ObjectStore:
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """A fresh (uncached) filesystem instance for this store."""
-        return fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.storage_options)
+        return filesystem(self.protocol, skip_instance_cache=True, **self.storage_options)
 
     def new_prefix(self, name: str = "prefix") -> str:
         """A unique prefix inside the store, e.g. ``gs://bucket/<name>-<uuid>``."""

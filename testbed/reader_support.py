@@ -16,10 +16,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import fsspec
 from flyteidl.core import errors_pb2, execution_pb2
 from google.protobuf import timestamp_pb2
 
+from backend_reader.filesystems import filesystem_class
 from backend_reader.storage import Storage
 
 NS = 1_000_000_000
@@ -70,7 +70,7 @@ def write_files(
 ) -> None:
     """Write many (url, bytes) concurrently: async fsspec for object stores, plain writes locally."""
     files = list(files)
-    fs_class = fsspec.get_filesystem_class(protocol)
+    fs_class = filesystem_class(protocol)
     if not fs_class.async_impl:
         fs = fs_class(**storage_options)
         for url, data in files:

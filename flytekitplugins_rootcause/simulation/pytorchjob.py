@@ -32,6 +32,7 @@ from flytekit.core.type_engine import TypeEngine
 from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
+from backend_reader.filesystems import filesystem
 from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
 from rootcause_engine.simulation.loopback import free_port
 from rootcause_engine.simulation.pods import (
@@ -60,7 +61,7 @@ class StoreAccess:
         return self.root.split("://", 1)[0] if "://" in self.root else "file"
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
-        return fsspec.filesystem(self.protocol, skip_instance_cache=True, **self.storage_options)
+        return filesystem(self.protocol, skip_instance_cache=True, **self.storage_options)
 
     def pod_env(self) -> dict[str, str]:
         """Variables a pod needs: the store's own, plus flytekit's S3 settings for an s3 store."""

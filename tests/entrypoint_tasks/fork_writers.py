@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-import fsspec
 from fsspec.utils import get_protocol
 
+from backend_reader.filesystems import filesystem_class
 from tests.entrypoint_tasks.raising import BARRIER_FIFO, BARRIER_READY
 
 SCRIPT = "pyflyte-rootcause-execute"
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
 
     command = _entry_point()
     importlib.import_module(args[args.index("task-module") + 1])
-    fsspec.get_filesystem_class(get_protocol(args[args.index("--output-prefix") + 1]))
+    filesystem_class(get_protocol(args[args.index("--output-prefix") + 1]))
 
     children: dict[int, str] = {}
     for index in range(count):
