@@ -54,7 +54,13 @@ from pathlib import Path
 from flytekitplugins_rootcause.straggler.decision import OK, NodeTimes, decide
 from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
 from flytekitplugins_rootcause.straggler.settings import StragglerCheck
-from flytekitplugins_rootcause.straggler.simulate import SimulatedCluster, pod_name_of, report_from_dict, run_cluster
+from flytekitplugins_rootcause.straggler.simulate import (
+    AgentOutcome,
+    SimulatedCluster,
+    pod_name_of,
+    report_from_dict,
+    run_cluster,
+)
 
 SLOW_FACTOR = 1.5
 
@@ -89,13 +95,18 @@ def measure(nodes: int, load: int, runs: int, slow_runs: int, cpus: frozenset[in
     schedule = tuple([{}] * runs + [{idx: SLOW_FACTOR} for idx in slow])
     cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), schedule=schedule, cpus=cpus)
     with cpu_load(load), tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
-        outcomes = run_cluster(cluster, Path(tmp), timeout_s=3600)
-    failed = [o for o in outcomes if o.returncode != 0]
-    if failed:
-        sys.exit(f"{nodes} nodes: agent {failed[0].pod} exited {failed[0].returncode}:\n{failed[0].log[-4000:]}")
+        outcomes = _succeeded(run_cluster(cluster, Path(tmp), timeout_s=3600), f"{nodes} nodes")
     reports = outcomes[0].reports  # every worker holds the same (broadcast) report
     pods: list[str | None] = [None] * runs + [pod_name_of(i) for i in slow]
     return [Run(nodes, load, pod, report) for pod, report in zip(pods, reports, strict=True)]
+
+
+def _succeeded(outcomes: list[AgentOutcome], what: str) -> list[AgentOutcome]:
+    """``outcomes`` if every agent exited 0; else the benchmark stops with the first failed one's log."""
+    failed = [o for o in outcomes if o.returncode != 0]
+    if failed:
+        sys.exit(f"{what}: agent {failed[0].pod} exited {failed[0].returncode}:\n{failed[0].log[-4000:]}")
+    return outcomes
 
 
 def first_checks(nodes: int, load: int, launches: int, cpus: frozenset[int] | None = None) -> list[Run]:
@@ -104,11 +115,8 @@ def first_checks(nodes: int, load: int, launches: int, cpus: frozenset[int] | No
     cluster = SimulatedCluster(nodes=nodes, check=StragglerCheck(), cpus=cpus, start_method="spawn")
     with cpu_load(load), tempfile.TemporaryDirectory(prefix="straggler-bench-first-") as tmp:
         for launch in range(launches):
-            outcomes = run_cluster(cluster, Path(tmp) / str(launch), timeout_s=900)
-            failed = [o for o in outcomes if o.returncode != 0]
-            if failed:
-                sys.exit(f"{nodes} nodes, launch {launch}: agent {failed[0].pod} exited {failed[0].returncode}:\n"
-                         f"{failed[0].log[-4000:]}")
+            outcomes = _succeeded(run_cluster(cluster, Path(tmp) / str(launch), timeout_s=900),
+                                  f"{nodes} nodes, launch {launch}")
             (report,) = outcomes[0].reports
             runs.append(Run(nodes, load, None, report, first=True))
     return runs

@@ -174,7 +174,7 @@ class LinkHub:
             listener.setblocking(False)
             endpoint = LinkEndpoint(host, listener.getsockname()[1], secrets.token_hex(8))
             self._listeners[host] = (listener, endpoint)
-        self._on_loop(lambda: self._selector.register(listener, selectors.EVENT_READ, listener))
+        self._on_loop(lambda: self._selector.register(listener, selectors.EVENT_READ, endpoint))
         return endpoint
 
     def watch(self, endpoint: LinkEndpoint, on_closed: Callable[[], None]) -> PeerLink:
@@ -247,13 +247,12 @@ class LinkHub:
         elif isinstance(data, PeerLink):
             if not data._readable():
                 self._drop_link(data)
-        elif data is fileobj:  # a listener: a watcher connects
-            self._accept(data)  # type: ignore[arg-type]
+        elif isinstance(data, LinkEndpoint):  # a listener: a watcher connects
+            self._accept(fileobj, data)  # type: ignore[arg-type]
         else:  # a watcher's connection to this process: only its end matters
             self._drain_accepted(fileobj)  # type: ignore[arg-type]
 
-    def _accept(self, listener: socket.socket) -> None:
-        endpoint = next(endpoint for sock, endpoint in self._listeners.values() if sock is listener)
+    def _accept(self, listener: socket.socket, endpoint: LinkEndpoint) -> None:
         while True:
             try:
                 conn, _ = listener.accept()

@@ -436,15 +436,7 @@ class PeerWatch:
         pod's own (the heartbeat thread does that, and tells the agent): while this pod looks for
         lost peers, the watcher of one whose processes ended may already have named it."""
         count = self._call(current, "add", _VERDICTS_KEY, 0)
-        if not count:
-            return []
-        keys = [_verdict_key(index) for index in range(1, int(count) + 1)]
-        if not self._call(current, "check", keys):
-            return []  # one is numbered but not written yet: at the next look
-        values = self._call(current, "multi_get", keys)
-        if not isinstance(values, list):
-            return []
-        return [peer for value in values if (peer := _parse_verdict(value, current.world_size)) is not None]
+        return (self._verdicts_written(current, 1, int(count)) or []) if count else []
 
     # --- the watch's thread --------------------------------------------------------------------
 
@@ -560,20 +552,27 @@ class PeerWatch:
     def _read_verdicts(self, current: _Round, count: int) -> None:
         """Read verdicts ``verdicts_seen + 1`` to ``count`` in one call; if one is not written yet (its
         watcher numbered it, another bumped the counter first), at the next heartbeat."""
-        keys = [_verdict_key(index) for index in range(current.verdicts_seen + 1, count + 1)]
-        if not self._call(current, "check", keys):
-            return
-        values = self._call(current, "multi_get", keys)
-        if not isinstance(values, list) or len(values) != len(keys):
+        peers = self._verdicts_written(current, current.verdicts_seen + 1, count)
+        if peers is None:
             return
         current.verdicts_seen = count
-        found = {}
-        for value in values:
-            peer = _parse_verdict(value, current.world_size)
-            known = peer is None or peer.group_rank == current.own.group_rank or peer.group_rank in current.verdicts
-            if peer is not None and not known:
-                found[peer.group_rank] = dataclasses.replace(peer, worker=self._member(current, peer.group_rank).worker)
+        found = {
+            peer.group_rank: dataclasses.replace(peer, worker=self._member(current, peer.group_rank).worker)
+            for peer in peers
+            if peer.group_rank != current.own.group_rank and peer.group_rank not in current.verdicts
+        }
         self._record_verdicts(current, found)
+
+    def _verdicts_written(self, current: _Round, first: int, last: int) -> list[LostPeer] | None:
+        """Verdicts ``first`` to ``last``, read in one call (malformed ones left out); ``None`` when
+        one is numbered but not written yet, or the store did not answer: look again later."""
+        keys = [_verdict_key(index) for index in range(first, last + 1)]
+        if not self._call(current, "check", keys):
+            return None
+        values = self._call(current, "multi_get", keys)
+        if not isinstance(values, list) or len(values) != len(keys):
+            return None
+        return [peer for value in values if (peer := _parse_verdict(value, current.world_size)) is not None]
 
     def _store_host_lost(self, current: _Round) -> None:
         """The store has not answered for ``silence_limit_s``: the pod that hosts it is lost."""
