@@ -87,14 +87,9 @@ class PeerLink:
         self.sock: socket.socket | None = None
         self.deadline = time.monotonic() + CONNECT_TIMEOUT_S
         self.established = False
-        #: when the peer's end closed after the greeting (this process's clock), else None
-        self.closed_at_ns: int | None = None
+        #: the peer's agent closed the link after its greeting: its process ended
+        self.closed = False
         self.given_up = False  # never established, or released by its owner
-
-    @property
-    def closed(self) -> bool:
-        """The peer's agent closed the link after greeting: its process ended."""
-        return self.closed_at_ns is not None
 
     def release(self) -> None:
         """This pod no longer watches the peer (its successor changed, or its round ended)."""
@@ -115,7 +110,7 @@ class PeerLink:
             reason = "end of stream"
         if not data:
             if self.established:
-                self.closed_at_ns = time.time_ns()
+                self.closed = True
                 logger.debug("peer link to %s:%d closed (%s)", self.endpoint.host, self.endpoint.port, reason)
                 _call_logged(self._on_closed)
             else:
