@@ -71,12 +71,11 @@ def reach_agreement(
         return own
 
 
-def _agree(access: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float) -> AgreedReport:
-    store = access
+def _agree(store: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
-    store.call("set", _said_key(access.group_rank), word.to_json())
-    words = {access.group_rank: word}
-    expected = set(range(access.world_size)) - lost
+    store.call("set", _said_key(store.group_rank), word.to_json())
+    words = {store.group_rank: word}
+    expected = set(range(store.world_size)) - lost
     while True:
         for rank in sorted(expected - words.keys()):
             key = _said_key(rank)
@@ -93,7 +92,7 @@ def _agree(access: RoundStore, word: PodWord, own: AgreedReport, lost: set[int],
     proposal = agreed_report(list(words.values()))
     decided = AgreedReport.from_json(store.call("compare_set", _DECIDED_KEY, "", proposal.to_json()))
     store.call("add", _READ_KEY, 1)
-    if access.hosts_store:
+    if store.hosts_store:
         _keep_store_until_read(store, len(words), deadline)
     if decided is None:
         logger.warning("the agreed report in the rendezvous store is not valid: this pod writes its own report")
