@@ -63,7 +63,7 @@ TEARDOWN_SIGNALS: frozenset[int] = frozenset({int(signal.SIGTERM), int(signal.SI
 
 #: The teardown signals nothing else on a training node sends to a worker: a death by one of these is
 #: a teardown whenever it happened. (SIGKILL is also the OOM killer's and the node's signal, so a
-#: SIGKILL death is a teardown only if the worker was still alive when the teardown began.)
+#: SIGKILL death is a teardown only if the worker was still alive when the teardown's signals went out.)
 TEARDOWN_ONLY_SIGNALS: frozenset[int] = TEARDOWN_SIGNALS - {int(signal.SIGKILL)}
 
 
@@ -129,7 +129,8 @@ def classify_role(
         exception_types: names of the exception's classes (its MRO), if the worker raised.
         message: the exception or error-document message.
         signal_number: the signal that killed the process, if it died by one.
-        terminated_by_agent: the worker was still alive when the agent began tearing the group down.
+        terminated_by_agent: the worker was still alive, with no failure of its own, when the agent's
+            teardown sent its first signal.
     """
     if terminated_by_agent:
         return Role.VICTIM

@@ -110,7 +110,7 @@ def _pod_documents(error: BaseException, folder: Path, attempt_dir: Path) -> tup
         WorkerRecord(LaunchedWorker(0, 0, 0, 0, 100, str(attempt_dir / "0" / "error.json")),
                        ProcessExit(100, TEARDOWN_NS + 1000, None, 15), None),
     ]
-    failures = rank_failures(evidence, teardown_ns=TEARDOWN_NS, worker=current_worker_name(), host="host-a")
+    failures = rank_failures(evidence, signals_ns=TEARDOWN_NS, worker=current_worker_name(), host="host-a")
     assert failures[0].global_rank == 1
     worker = display_worker_name(raw_worker_name(os.environ))
     plan, document = last_resort_document(root_cause_error(report_for(failures)), worker)

@@ -6,8 +6,9 @@ wraps that one function in the agent module, so that for each new process contex
 
 - registers every worker pid with the :class:`DeathWatcher` (exact exit times), together with its
   ranks, restart attempt and error-file path (from the context torch built);
-- wraps that context's ``close`` to note when teardown began (a worker still alive then and killed
-  afterwards is a *victim*) and to apply the configured grace period between SIGTERM and SIGKILL;
+- wraps that context's ``close`` to note when teardown began (the report's timeline) and when its
+  first signal went out, after the probe (a worker still alive then and ended afterwards is a
+  *victim*), and to apply the configured grace period between SIGTERM and SIGKILL;
 - on the function path, also wraps the ``torch.multiprocessing`` ``ProcessContext.join`` the
   context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
   hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
@@ -83,6 +84,7 @@ class LaunchObserver:
         self._workers: list[LaunchedWorker] = []
         self._teardown_ns: dict[int, int] = {}
         self._teardown_done_ns: dict[int, int] = {}
+        self._signals_ns: dict[int, int] = {}
         self._contexts: dict[int, Any] = {}
         self._rendezvous_since_ns: int | None = None
         self._exit_barrier_since_ns: int | None = None
@@ -116,6 +118,24 @@ class LaunchObserver:
             self.watcher.confirm_exit(worker.pid)
         with self._lock:
             return self._teardown_ns.setdefault(attempt, time.time_ns())
+
+    def note_signals(self, attempt: int) -> int:
+        """Record that the first termination signal to ``attempt``'s workers goes out now (the first call wins).
+
+        Later than :meth:`note_teardown` by the probe (:meth:`probe_live_workers`) and the agent's
+        own scheduling: a worker that records a failure of its own in between failed before anything
+        reached it, so it is no victim of the teardown. This, not the teardown's start, is the
+        moment the roles are judged by (``diagnosis.selection``). Exits the kernel already reports
+        are recorded first, as for the teardown's start.
+        """
+        for worker in self.workers_of(attempt):
+            self.watcher.confirm_exit(worker.pid)
+        with self._lock:
+            return self._signals_ns.setdefault(attempt, time.time_ns())
+
+    def signals_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._signals_ns.get(attempt)
 
     def note_teardown_done(self, attempt: int) -> None:
         """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
@@ -289,6 +309,7 @@ class LaunchObserver:
                 self.probe_live_workers(attempt)
                 if grace is not None:
                     timeout = min(timeout, grace)
+                self.note_signals(attempt)
                 original_close(death_sig, timeout)
                 self.note_teardown_done(attempt)
 
@@ -388,6 +409,7 @@ class LaunchObserver:
         grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
         grace = grace if grace_s is None else min(grace, grace_s)
         exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
+        self.note_signals(attempt)
         live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]
         logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)
         stuck = terminate_then_kill(live, grace_s=grace, exited=exited)

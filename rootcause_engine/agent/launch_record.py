@@ -95,11 +95,16 @@ class WorkerRecord:
 
 @dataclasses.dataclass(frozen=True)
 class LaunchRecord:
-    """The last attempt of a launch, at one moment: its workers and the agent's teardown times (ns)."""
+    """The last attempt of a launch, at one moment: its workers and the agent's teardown times (ns).
+
+    ``teardown_ns``: when the agent began ending the workers (the report's timeline);
+    ``signals_ns``: when its first termination signal went out, after any probe (the roles).
+    """
 
     attempt: int | None
     workers: tuple[WorkerRecord, ...]
     teardown_ns: int | None = None
+    signals_ns: int | None = None
     teardown_done_ns: int | None = None
     taken_ns: int = 0
 
@@ -163,6 +168,7 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
         attempt=attempt,
         workers=tuple(workers),
         teardown_ns=observer.teardown_ns(attempt),
+        signals_ns=observer.signals_ns(attempt),
         teardown_done_ns=observer.teardown_done_ns(attempt),
         taken_ns=time.time_ns(),
     )

@@ -87,7 +87,7 @@ def test_in_a_pod_the_hung_rank_is_the_root_cause_and_its_timed_out_peer_a_victi
     timed_out = _evidence(0, recorded=_recorded(GLOO_TIMEOUT, (STALLED,)), exit_ns=5_200, signal=None)
     hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15,
                      probe=_probe(SLEEPING, (CollectivePosition("0", 3, "gloo:all_reduce", 700),)))
-    root, victim = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    root, victim = rank_failures([timed_out, hung], signals_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role, root.time_source, root.timestamp_ns) == (1, Role.CANDIDATE,
                                                                                  TimeSource.LAST_PROGRESS, 700)
     assert root.message.startswith("hung: it never entered all_reduce #4")
@@ -96,9 +96,9 @@ def test_in_a_pod_the_hung_rank_is_the_root_cause_and_its_timed_out_peer_a_victi
 
 def test_a_rank_ended_after_a_peer_pod_announced_its_timeout_is_named_from_the_announcement() -> None:
     hung = _evidence(0, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, ()))
-    (root,) = rank_failures([hung], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(STALLED,))
+    (root,) = rank_failures([hung], signals_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(STALLED,))
     assert (root.role, root.timestamp_ns) == (Role.CANDIDATE, STALLED.entered_ns)
-    (victim,) = rank_failures([hung], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h")
+    (victim,) = rank_failures([hung], signals_ns=TEARDOWN_NS, worker="pod-1", host="h")
     assert victim.role == Role.VICTIM
 
 
@@ -108,7 +108,7 @@ def test_a_rank_that_raised_is_never_replaced_by_a_hang_verdict() -> None:
     busy = dataclasses.replace(
         _evidence(1, recorded=None, exit_ns=5_300, signal=15), probe=_probe(SLEEPING, (CollectivePosition("0", 3),))
     )
-    root, victim = rank_failures([raised, busy], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    root, victim = rank_failures([raised, busy], signals_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role) == (0, Role.CANDIDATE) and victim.role == Role.VICTIM
 
 
@@ -119,7 +119,7 @@ def test_a_hung_rank_that_records_the_teardown_s_signal_is_still_the_hung_root_c
     signalled = _recorded("SignalException: Process 101 got signal: 15", at=TEARDOWN_NS + 50)
     hung = _evidence(1, recorded=signalled, exit_ns=5_300, signal=None,
                      probe=_probe(SLEEPING, (CollectivePosition("0", 3, "gloo:all_reduce", 700),)))
-    root, _ = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    root, _ = rank_failures([timed_out, hung], signals_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role, root.exception_type) == (1, Role.CANDIDATE, None)
     assert root.message.startswith("hung: ")
 
@@ -153,7 +153,7 @@ def test_a_stalled_initialisation_accuses_no_rank_its_peers_did_not_name() -> No
 def test_in_a_pod_the_rank_that_never_formed_the_group_is_the_root_cause_and_its_peer_a_victim() -> None:
     timed_out = _evidence(0, recorded=_recorded(INIT_TIMEOUT, at=4_000_000_000), exit_ns=4_100_000_000, signal=None)
     hung = _evidence(1, recorded=None, exit_ns=4_300_000_000, signal=15, probe=_probe(IN_INIT, None))
-    root, victim = rank_failures([timed_out, hung], teardown_ns=4_200_000_000, worker="pod-0", host="h")
+    root, victim = rank_failures([timed_out, hung], signals_ns=4_200_000_000, worker="pod-0", host="h")
     assert (root.global_rank, root.role, root.time_source, root.timestamp_ns) == (
         1, Role.CANDIDATE, TimeSource.LAST_PROGRESS, 1_000_000_000)
     assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
@@ -163,7 +163,7 @@ def test_a_pod_told_of_a_stalled_initialisation_names_its_rank_the_peers_waited_
     stall = stalled_collective([_recorded(INIT_TIMEOUT, at=4_000_000_000)])
     alone = dataclasses.replace(_evidence(0, recorded=None, exit_ns=5_300, signal=15),
                                 launched=LaunchedWorker(0, 0, 1, 1, 100, "/tmp/0/error.json"))
-    (root,) = rank_failures([alone], teardown_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(stall,))
+    (root,) = rank_failures([alone], signals_ns=TEARDOWN_NS, worker="pod-1", host="h", announced_stalls=(stall,))
     assert (root.global_rank, root.role, root.timestamp_ns) == (1, Role.CANDIDATE, 1_000_000_000)
 
 
@@ -206,7 +206,7 @@ def test_in_a_pod_the_rank_its_neighbour_waited_for_is_the_root_cause() -> None:
     timed_out = _evidence(0, recorded=_recorded(GLOO_TIMEOUT, (LAST_BARRIER, _recv_from(1, 1_000))),
                           exit_ns=5_200, signal=None)
     hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, (LAST_BARRIER,)))
-    root, victim = rank_failures([timed_out, hung], teardown_ns=TEARDOWN_NS, worker="pod-0", host="h")
+    root, victim = rank_failures([timed_out, hung], signals_ns=TEARDOWN_NS, worker="pod-0", host="h")
     assert (root.global_rank, root.role, root.timestamp_ns) == (1, Role.CANDIDATE, LAST_BARRIER.entered_ns)
     assert root.message.startswith("hung: it never entered a point-to-point recv with rank 1")
     assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
@@ -248,11 +248,12 @@ def test_a_pod_of_victims_waits_for_the_peer_s_stall_that_names_its_live_worker_
     hung = _evidence(1, recorded=None, exit_ns=5_300, signal=15, probe=_probe(SLEEPING, (LAST_BARRIER,)))
     stall = CollectivePosition("0", 3, "gloo:broadcast", 2_000)
     peers = _LatePeers(stall)
-    diagnosis = diagnose(LaunchRecord(0, (closed, hung), teardown_ns=TEARDOWN_NS), peers=peers)
+    diagnosis = diagnose(LaunchRecord(0, (closed, hung), teardown_ns=TEARDOWN_NS, signals_ns=TEARDOWN_NS), peers=peers)
     assert diagnosis is not None and peers.waits[-1] > 0
     assert (diagnosis.failures[0].global_rank, diagnosis.failures[0].role) == (1, Role.CANDIDATE)
     # a live worker waiting in a collective of its own gives no reason to wait: victims it is
     in_collective = dataclasses.replace(hung, probe=_probe(IN_ALL_REDUCE, None))
     peers = _LatePeers(stall)
-    diagnosis = diagnose(LaunchRecord(0, (closed, in_collective), teardown_ns=TEARDOWN_NS), peers=peers)
+    record = LaunchRecord(0, (closed, in_collective), teardown_ns=TEARDOWN_NS, signals_ns=TEARDOWN_NS)
+    diagnosis = diagnose(record, peers=peers)
     assert diagnosis is not None and peers.waits == [0.0] and diagnosis.failures[0].role == Role.VICTIM

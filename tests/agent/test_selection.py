@@ -34,7 +34,7 @@ def recorded(message: str, ns: int | None, *, mro: tuple[str, ...] = ("ValueErro
 
 
 def rank(evidence: list[WorkerRecord], teardown_ns: int | None = None):
-    return rank_failures(evidence, teardown_ns=teardown_ns, worker="pod-0", host="host-a")
+    return rank_failures(evidence, signals_ns=teardown_ns, worker="pod-0", host="host-a")
 
 
 def test_recorded_time_beats_observed_and_detected() -> None:

@@ -14,8 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+from rootcause_core.ordering import Role
 from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.diagnosis.selection import rank_failures
 from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.launch_record import record_launch
 from rootcause_engine.worker.recorder import build_error_file
 
 NEVER_S = 120.0
@@ -92,3 +95,49 @@ def test_a_sigabrt_without_an_error_file_is_a_suspected_stall(tmp_path: Path) ->
     finally:
         watcher.close()
         aborted.wait()
+
+
+_FAILS_WHEN_TOLD = """
+import json, os, sys, time
+from rootcause_engine.worker.recorder import build_error_file
+sys.stdin.readline()
+with open(sys.argv[1] + ".tmp", "w") as f:
+    json.dump(build_error_file(RuntimeError("independent failure"), time.time_ns()), f)
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+raise SystemExit(1)
+"""
+
+
+def test_a_worker_that_fails_on_its_own_while_the_agent_probes_is_no_victim(tmp_path: Path) -> None:
+    """Between the teardown's start and its first signal the agent probes the live workers (up to a
+    second). A worker that records a failure of its own meanwhile failed before anything reached it:
+    a root-cause candidate, not a victim of the teardown (two independent failures in two pods)."""
+    error_file = tmp_path / "w" / "error.json"
+    error_file.parent.mkdir()
+    worker = subprocess.Popen([sys.executable, "-c", _FAILS_WHEN_TOLD, str(error_file)], stdin=subprocess.PIPE,
+                              text=True)
+    watcher = DeathWatcher()
+    try:
+        with watcher:
+            observer = LaunchObserver(watcher, teardown_grace_s=NEVER_S, probe_before_teardown=True)
+            observer.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, str(error_file)))
+
+            def probe_while_it_fails(attempt: int, *, asked: bool = False) -> None:
+                assert worker.stdin is not None
+                worker.stdin.write("fail\n")
+                worker.stdin.flush()
+                _wait_until_waitable(worker.pid)
+
+            observer.probe_live_workers = probe_while_it_fails  # type: ignore[method-assign]
+            observer.end_workers(0, probe=True)
+            record = record_launch(observer)
+            teardown_ns, signals_ns = record.teardown_ns, record.signals_ns
+            assert teardown_ns is not None and signals_ns is not None and teardown_ns < signals_ns
+            (failure,) = rank_failures(list(record.workers), signals_ns=signals_ns, worker="pod-1", host="h")
+            assert failure.role == Role.CANDIDATE, failure
+            assert failure.exitcode == 1 and failure.signal_number is None
+            # judged by the teardown's start, the same record made it a victim
+            (judged_early,) = rank_failures(list(record.workers), signals_ns=teardown_ns, worker="pod-1", host="h")
+            assert judged_early.role == Role.VICTIM
+    finally:
+        worker.wait()

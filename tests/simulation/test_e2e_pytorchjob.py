@@ -110,9 +110,17 @@ def test_earlier_of_two_independent_errors_50ms_apart_wins(file_store: ObjectSto
     _assert_verdict(result)
     read = RemoteFileOutputReader(result.output_prefix).read_all()
     first, second = read.failures[0], read.failures[1]
-    assert second.role == Role.CANDIDATE and second.worker == "train-worker-1"
-    assert first.timestamp_ns < second.timestamp_ns
-    assert_sub_second(first.timestamp_ns, second.timestamp_ns)
+    assert second.worker == "train-worker-1", read.failures
+    if "independent later failure" in second.message:
+        # it failed on its own before its pod's teardown reached it (however long the agent took to
+        # probe it): a second root-cause candidate, ordered after the first by nanoseconds
+        assert second.role == Role.CANDIDATE, second
+        assert first.timestamp_ns < second.timestamp_ns
+        assert_sub_second(first.timestamp_ns, second.timestamp_ns)
+    else:
+        # its pod's agent, told of the first failure, ended it within the 50 ms (SIGTERM, or the
+        # SignalException a forked worker raises for it): a victim, whose own failure never came
+        assert second.role == Role.VICTIM, second
 
 
 def test_a_pod_whose_clock_runs_ahead_is_still_named_by_both_readers(file_store: ObjectStore,

@@ -168,7 +168,7 @@ def diagnose(
     def ranked(stalls: tuple[CollectivePosition, ...]) -> list[WorkerFailure]:
         return rank_failures(
             record.workers,
-            teardown_ns=record.teardown_ns,
+            signals_ns=record.signals_ns,
             worker=current_worker_name(),
             host=socket.gethostname(),
             announced_stalls=stalls,

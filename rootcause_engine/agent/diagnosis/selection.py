@@ -3,8 +3,10 @@
 Pure: every input is a :class:`~rootcause_engine.agent.launch_record.WorkerRecord` (what the
 watcher saw, what the worker recorded, what torch detected), so the decision is tested without
 processes; whether a worker failed and when is the record's answer. A worker still alive when
-the agent began teardown, and whose own failure (if any) came after it, was terminated by the
-agent: a victim, whatever signal finally ended it.
+the agent's first termination signal went out (``signals_ns``), and whose own failure (if any)
+came after it, was terminated by the agent: a victim, whatever signal finally ended it. The
+moment is the signal's, not the teardown's start: a worker that records a failure of its own
+while the agent probes its peers failed before anything reached it.
 """
 
 from __future__ import annotations
@@ -25,21 +27,21 @@ EXITED_WITHOUT_RESULT = (
 )
 
 
-def _terminated_by_agent(evidence: WorkerRecord, failure_ns: int | None, teardown_ns: int | None) -> bool:
-    """Alive when teardown began and no failure of its own before that."""
-    if teardown_ns is None:
+def _terminated_by_agent(evidence: WorkerRecord, failure_ns: int | None, signals_ns: int | None) -> bool:
+    """Alive when the termination signals went out and no failure of its own before that."""
+    if signals_ns is None:
         return False
     if evidence.recorded is not None and evidence.recorded.timestamp_ns is not None:
-        return evidence.recorded.timestamp_ns >= teardown_ns
+        return evidence.recorded.timestamp_ns >= signals_ns
     if evidence.exit is not None:
-        return evidence.exit.exit_ns >= teardown_ns
-    return failure_ns is not None and failure_ns >= teardown_ns
+        return evidence.exit.exit_ns >= signals_ns
+    return failure_ns is not None and failure_ns >= signals_ns
 
 
 def build_failure(
     evidence: WorkerRecord,
     *,
-    teardown_ns: int | None,
+    signals_ns: int | None,
     worker: str,
     host: str,
     stalled: CollectivePosition | None = None,
@@ -57,19 +59,19 @@ def build_failure(
     # torch's own text for a worker without an error file ("Signal 9 (SIGKILL) received by PID ...")
     # says less than the signal and exit code the report shows, so only a recorded message is kept.
     message = recorded.message if recorded else (EXITED_WITHOUT_RESULT if evidence.exited_without_result else "")
-    # A worker that recorded its own failure before teardown began may still be SIGTERMed while it
-    # exits: that signal ends a failure already recorded, so it must not make the worker a victim.
-    failed_before_teardown = (
+    # A worker that recorded its own failure before the signals went out may still be SIGTERMed while
+    # it exits: that signal ends a failure already recorded, so it must not make the worker a victim.
+    failed_before_signals = (
         recorded is not None
         and recorded.timestamp_ns is not None
-        and teardown_ns is not None
-        and recorded.timestamp_ns < teardown_ns
+        and signals_ns is not None
+        and recorded.timestamp_ns < signals_ns
     )
     role = classify_role(
         exception_types=recorded.exception_mro if recorded else (),
         message=message,
-        signal_number=None if failed_before_teardown else signal_number,
-        terminated_by_agent=_terminated_by_agent(evidence, timestamp_ns, teardown_ns),
+        signal_number=None if failed_before_signals else signal_number,
+        terminated_by_agent=_terminated_by_agent(evidence, timestamp_ns, signals_ns),
     )
     launched = evidence.launched
     failure = WorkerFailure(
@@ -92,7 +94,7 @@ def build_failure(
         attempt=launched.attempt,
     )
     # a worker that failed on its own before the teardown is no hung one, whatever it answered
-    hang = None if failed_before_teardown else hang_verdict(evidence.probe, stalled, launched.global_rank)
+    hang = None if failed_before_signals else hang_verdict(evidence.probe, stalled, launched.global_rank)
     return failure if hang is None else _as_hung(failure, hang)
 
 
@@ -112,7 +114,7 @@ def _as_hung(failure: WorkerFailure, hang: HangVerdict) -> WorkerFailure:
 def rank_failures(
     evidence: list[WorkerRecord],
     *,
-    teardown_ns: int | None,
+    signals_ns: int | None,
     worker: str,
     host: str,
     announced_stalls: tuple[CollectivePosition, ...] = (),
@@ -126,7 +128,7 @@ def rank_failures(
         failure
         for item in evidence
         if (
-            failure := build_failure(item, teardown_ns=teardown_ns, worker=worker, host=host, stalled=stalled)
+            failure := build_failure(item, signals_ns=signals_ns, worker=worker, host=host, stalled=stalled)
         ) is not None
     ]
     return order_failures(failures)
