@@ -22,7 +22,9 @@ in 40 ms, depending on the host's other work, for seconds at a time and not the 
 MEASURED: every check's verdicts, its per-trial times, and its wall time (rank 0, from the first
 collective to the verdict; agent start-up and rendezvous are not included).
 COUNTED: false-positive runs (a homogeneous check that flagged any node, or a slow-node check that
-flagged a node other than the slow one) and detections (the slow node flagged).
+flagged a node other than the slow one) and detections (the slow node flagged). The margins: the
+highest compute score of a healthy node against the lowest of a slowed one, and the healthy link
+score nearest the network bar its check applied (``score/bar``; the verdict needs it above 1).
 ``--save`` writes every report; ``--replay`` re-runs the pure decision (``decision.decide``) on the
 saved per-trial times, e.g. with another ``--threshold``, without measuring again.
 ``--resample N`` (with ``--replay``) also decides N synthetic checks per node count, each node drawn
@@ -193,14 +195,24 @@ def table(runs: list[Run], threshold: float | None) -> str:
     """One row per (nodes, load): runs, false-positive runs, detection at 1.5x, check wall time."""
     header = (
         f"{'nodes':>5} {'load':>4} {'runs':>5} {'first':>5} {'FP runs':>8} {'FP first':>8} {'1.5x found':>11} "
-        f"{'check s median':>15} {'max':>6} {'top healthy score':>18} {'lowest slow score':>18}"
+        f"{'check s median':>15} {'max':>6} {'top healthy score':>18} {'lowest slow score':>18} "
+        f"{'top healthy link score/bar':>27}"
     )
     lines = [header]
     for key in sorted({(r.nodes, r.load) for r in runs}):
         cell = [r for r in runs if (r.nodes, r.load) == key]
         fp = fp_first = found = slowed = 0
         healthy_top, slow_low = 0.0, float("inf")
+        link_top, link_bar = 0.0, float("inf")  # the healthy link score nearest its check's bar
         for r in cell:
+            decision = decide([node_times(n) for n in r.report.nodes], threshold or r.report.threshold,
+                              r.report.min_excess_s, r.report.network_threshold)
+            pods = {n.node_rank: n.pod for n in r.report.nodes}
+            for d in decision.nodes:
+                if pods[d.node_rank] != r.slow_pod and (d.comm_score or 0.0) / decision.network_threshold > (
+                    link_top / link_bar
+                ):
+                    link_top, link_bar = d.comm_score or 0.0, decision.network_threshold
             if threshold is None:
                 flagged = {n.pod for n in r.report.nodes if n.verdict != OK}
             else:
@@ -219,7 +231,8 @@ def table(runs: list[Run], threshold: float | None) -> str:
         lines.append(
             f"{key[0]:>5} {key[1]:>4} {len(cell):>5} {sum(r.first for r in cell):>5} {fp:>8} {fp_first:>8} "
             f"{f'{found}/{slowed}':>11} "
-            f"{statistics.median(walls):>15.2f} {max(walls):>6.2f} {healthy_top:>18.2f} {slow_low:>18.2f}"
+            f"{statistics.median(walls):>15.2f} {max(walls):>6.2f} {healthy_top:>18.2f} {slow_low:>18.2f} "
+            f"{f'{link_top:.2f}/{link_bar:.2f}':>27}"
         )
     return "\n".join(lines)
 
