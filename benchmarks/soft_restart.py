@@ -3,7 +3,7 @@
 Run by hand: ``.venv/bin/python -m benchmarks.soft_restart [--trials 10] [--init-s 3] [--steps 80]
 [--cases lost,frozen]``.
 
-Each trial runs the simulator's soft-restart training task (``simulation/soft_training.py``, spawned
+Each trial runs the simulator's soft-restart training task (``rootcause_engine/simulation/soft_training_loop.py``, spawned
 workers as kfpytorch starts them: every worker sleeps ``--init-s`` first, standing in for loading a
 model, then trains ``--steps`` steps of ``--step-s``). Two faults, at step ``--fail-step``:
 
@@ -53,10 +53,10 @@ from typing import Any
 from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
 from flytekitplugins_rootcause.simulation.soft_training import (
     hard_train_2x2_spawned,
-    read_worker_logs,
     soft_train_2x2_spawned,
 )
 from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
+from rootcause_engine.simulation.soft_training_loop import read_worker_logs
 
 RESCHEDULE_AFTER_S = 1.0
 #: (case, policy) pairs run per trial, in order

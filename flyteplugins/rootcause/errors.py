@@ -21,7 +21,7 @@ AGENT_HUNG_CODE = "ElasticAgentHung"
 
 
 class ElasticRootCauseError(NonRecoverableError):
-    """The job's root cause is not recoverable: Flyte 2 does not retry it."""
+    """The job's root cause raised ``flyte.errors.NonRecoverableError``: Flyte 2 does not retry it."""
 
     def __init__(self, agreed: AgreedReport) -> None:
         super().__init__(agreed.message, code=ERROR_CODE)
@@ -30,7 +30,8 @@ class ElasticRootCauseError(NonRecoverableError):
 
 
 class ElasticRootCauseRecoverableError(RuntimeUserError):
-    """The job's root cause is recoverable (its exception asked for a retry, or a pod was lost)."""
+    """The job's root cause allows a retry by Flyte 2's rule: its exception is not a
+    ``NonRecoverableError`` (a plain exception, a death by signal, a hang), or a pod was lost."""
 
     def __init__(self, agreed: AgreedReport) -> None:
         super().__init__(ERROR_CODE, agreed.message, agreed.worker)

@@ -13,7 +13,8 @@ its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint,
 3. on failure the engine diagnoses the pod's last attempt, then the failing pods agree on one report
    through the rendezvous store (:mod:`rootcause_engine.agent.agreement`): Flyte 2 reads one
    ``error.pb`` per action, written by every pod, so every pod raises the same exception
-   (:mod:`.errors`), non-recoverable where the root cause is; the timeline goes to the report when
+   (:mod:`.errors`), non-recoverable where the root cause is by Flyte 2's rule (its exception is a
+   ``NonRecoverableError``; anything else is retried, as for any Flyte 2 task); the timeline goes to the report when
    the task enables one.
 
 ``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
@@ -45,6 +46,7 @@ from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import failure_sink
 from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -129,6 +131,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             start_method=START_METHOD,
             rdzv_backend=self.plugin_config.rdzv_backend,
             environment=agent_environment(_EngineEnvironment.of(self.plugin_config)),
+            retry_rule=RetryRule.UNLESS_REFUSED,
         )
 
     async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis) -> Exception:
@@ -147,7 +150,9 @@ def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunct
     if not diagnosis.failures:
         return AgentHungError(diagnosis)
     word = PodWord.of(current_worker_name(), diagnosis)
-    agreed = reach_agreement(peers, word, timeout_s=task.plugin_config.agreement_timeout_s)
+    agreed = reach_agreement(
+        peers, word, timeout_s=task.plugin_config.agreement_timeout_s, retry_rule=RetryRule.UNLESS_REFUSED
+    )
     return root_cause_error(agreed)
 
 

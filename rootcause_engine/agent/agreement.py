@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
+from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 
 logger = logging.getLogger(__name__)
@@ -52,26 +53,34 @@ def _said_key(group_rank: int) -> str:
 
 
 def reach_agreement(
-    peers: PeerWatch, word: PodWord, *, timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S, silent: Iterable[int] = ()
+    peers: PeerWatch,
+    word: PodWord,
+    *,
+    timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S,
+    silent: Iterable[int] = (),
+    retry_rule: RetryRule = RetryRule.ON_REQUEST,
 ) -> AgreedReport:
     """The report every failing pod of the job writes (see the module docstring).
 
     The pods not waited for: the peers the watch declared lost, the ones this pod's diagnosis found
-    lost (``word.lost_peers``) and ``silent`` (group ranks). Never raises for the store's sake.
+    lost (``word.lost_peers``) and ``silent`` (group ranks). ``retry_rule``: the front-end's, for
+    whether the agreed root cause allows a retry. Never raises for the store's sake.
     """
-    own = agreed_report([word])
+    own = agreed_report([word], retry_rule=retry_rule)
     access = peers.round_store()
     if access is None or access.world_size < 2:
         return own
     lost = {peer.group_rank for peer in (*peers.declared_lost(), *word.lost_peers)} | set(silent)
     try:
-        return _agree(access, word, own, lost, timeout_s)
+        return _agree(access, word, own, lost, timeout_s, retry_rule)
     except _STORE_ERRORS as error:
         logger.warning("the pods could not agree through the rendezvous store (%s): this pod writes its own", error)
         return own
 
 
-def _agree(store: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float) -> AgreedReport:
+def _agree(
+    store: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float, retry_rule: RetryRule
+) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
     store.call("set", _said_key(store.group_rank), word.to_json())
     words = {store.group_rank: word}
@@ -89,7 +98,7 @@ def _agree(store: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], 
     if not words.keys() >= expected:
         missing = sorted(expected - words.keys())
         logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
-    proposal = agreed_report(list(words.values()))
+    proposal = agreed_report(list(words.values()), retry_rule=retry_rule)
     decided = AgreedReport.from_json(store.call("compare_set", _DECIDED_KEY, "", proposal.to_json()))
     store.call("add", _READ_KEY, 1)
     if store.hosts_store:

@@ -37,6 +37,7 @@ from rootcause_core.testimony import LostPeer
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
+from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
 from rootcause_engine.agent.launch_record import record_launch
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -91,6 +92,8 @@ class LaunchSettings:
     watchdog: WatchdogSettings | None
     #: variables set in the agent's environment for the launch where unset (``process_settings``)
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: which root causes the front-end's orchestrator retries (a soft restart heals only those)
+    retry_rule: RetryRule = RetryRule.ON_REQUEST
 
     @classmethod
     def of(
@@ -102,6 +105,7 @@ class LaunchSettings:
         start_method: str,
         rdzv_backend: str,
         environment: Mapping[str, str],
+        retry_rule: RetryRule = RetryRule.ON_REQUEST,
     ) -> LaunchSettings:
         """The settings of either front-end's ``ElasticRootCause`` (both carry the root-cause fields
         and ``rdzv_configs``); the rendezvous endpoint is the one the training operator gives the pod."""
@@ -120,6 +124,7 @@ class LaunchSettings:
             rdzv_configs=config.rdzv_configs,
             watchdog=watchdog_settings(config),
             environment=environment,
+            retry_rule=retry_rule,
         )
 
 
@@ -222,6 +227,7 @@ class LaunchSession:
             peers=self.peers,
             notes=notes,
             restarts=self.restarts(),
+            retry_rule=self.settings.retry_rule,
         )
 
     def _observer(self) -> LaunchObserver:
@@ -237,7 +243,7 @@ class LaunchSession:
         return SoftRestartSession(
             worker=current_worker_name(),
             channel=WorkerChannel(channel_dir),
-            diagnose=lambda child_failed: local_diagnosis(observer, child_failed),
+            diagnose=lambda child_failed: local_diagnosis(observer, child_failed, settings.retry_rule),
             end_workers=lambda: end_running_attempt(observer),
             timeout_s=settings.soft_restart_timeout_s,
             min_nodes=settings.min_nodes,
@@ -255,9 +261,11 @@ def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
         yield
 
 
-def local_diagnosis(observer: LaunchObserver, child_failed: ChildFailedError) -> Diagnosis | None:
+def local_diagnosis(
+    observer: LaunchObserver, child_failed: ChildFailedError, retry_rule: RetryRule = RetryRule.ON_REQUEST
+) -> Diagnosis | None:
     """The diagnosis of a failure a soft restart may heal (this pod's record only: the job goes on)."""
-    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART)
+    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART, retry_rule=retry_rule)
 
 
 def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s: float | None = None) -> None:

@@ -27,6 +27,8 @@ from pathlib import Path
 from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
 
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
+#: How a ``RAISE`` fault's exception message starts (a training loop may catch exactly it).
+INJECTED_MESSAGE = "injected failure"
 SIM_DIR_VARIABLE = "ROOTCAUSE_SIM_DIR"
 FAULT_TIME_FILE = "fault_time_ns"
 #: Set in the skewed pod only: how far its wall clock runs ahead, in ns (read by ``sitecustomize``).
@@ -185,7 +187,7 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             (_sim_dir() / FAULTY_POD_FILE).write_text(pod)
         record_fault_time(fault_file)
         if fault.kind in (FaultKind.RAISE, FaultKind.ORDERING):
-            raise RuntimeError(f"injected failure on {pod} local rank {local_rank} at step {step}")
+            raise RuntimeError(f"{INJECTED_MESSAGE} on {pod} local rank {local_rank} at step {step}")
         if fault.kind == FaultKind.SIGKILL:
             os.kill(os.getpid(), signal.SIGKILL)
         if fault.kind == FaultKind.SIGABRT:

@@ -77,6 +77,8 @@ class RecordedError:
     pid: int | None
     #: The last collective this worker had entered per process group when it failed (Flight Recorder).
     collectives: tuple[CollectivePosition, ...] = ()
+    #: the exception forbade a retry (:data:`RETRY_REFUSING_EXCEPTION_TYPES`)
+    retry_refused: bool = False
 
 
 class RootCauseErrorHandler(ErrorHandler):
@@ -104,11 +106,24 @@ class RootCauseErrorHandler(ErrorHandler):
 #: classes, named here so that recording a worker's failure imports no front-end (a worker of a
 #: Flyte 2 task has no flytekit). ``tests/upstream/test_seam.py`` checks each name still resolves.
 RECOVERABLE_EXCEPTION_TYPES: frozenset[str] = frozenset({"flytekit.exceptions.user.FlyteRecoverableException"})
+#: Exception classes that forbid a retry, by qualified name, the same way: Flyte 2 retries every
+#: error but these. Both facts are recorded; each front-end's rule reads the one it has
+#: (``diagnosis.selection.RetryRule``).
+RETRY_REFUSING_EXCEPTION_TYPES: frozenset[str] = frozenset({"flyte.errors.NonRecoverableError"})
+
+
+def _is_one_of(e: BaseException, qualified_names: frozenset[str]) -> bool:
+    return any(f"{cls.__module__}.{cls.__qualname__}" in qualified_names for cls in type(e).__mro__)
 
 
 def is_recoverable_exception(e: BaseException) -> bool:
     """``e`` is (a subclass of) one of :data:`RECOVERABLE_EXCEPTION_TYPES`."""
-    return any(f"{cls.__module__}.{cls.__qualname__}" in RECOVERABLE_EXCEPTION_TYPES for cls in type(e).__mro__)
+    return _is_one_of(e, RECOVERABLE_EXCEPTION_TYPES)
+
+
+def refuses_retry(e: BaseException) -> bool:
+    """``e`` is (a subclass of) one of :data:`RETRY_REFUSING_EXCEPTION_TYPES`."""
+    return _is_one_of(e, RETRY_REFUSING_EXCEPTION_TYPES)
 
 
 def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
@@ -133,6 +148,7 @@ def build_error_file(e: BaseException, timestamp_ns: int) -> dict[str, Any]:
             "exception_type": safe_text(f"{exc_type.__module__}.{exc_type.__qualname__}"),
             "exception_mro": [safe_text(cls.__name__) for cls in exc_type.__mro__],
             "recoverable": is_recoverable_exception(e),
+            "retry_refused": refuses_retry(e),
             "rank": _int_env("RANK"),
             "local_rank": _int_env("LOCAL_RANK"),
             "group_rank": _int_env("GROUP_RANK"),
@@ -186,6 +202,7 @@ def parse_error_file(text: str) -> RecordedError:
         exception_type=safe_text(exception_type) if isinstance(exception_type, str) else None,
         exception_mro=tuple(safe_text(str(name)) for name in mro) if isinstance(mro, list) else (),
         recoverable=ours.get("recoverable") is True,
+        retry_refused=ours.get("retry_refused") is True,
         global_rank=opt_int("rank"),
         local_rank=opt_int("local_rank"),
         group_rank=opt_int("group_rank"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 from flytekitplugins_rootcause.exceptions import (
@@ -13,7 +14,7 @@ from rootcause_core.ordering import Role, TimeSource
 from rootcause_engine.agent.death_watcher import ProcessExit
 from rootcause_engine.agent.diagnosis.pipeline import report_for
 from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
-from rootcause_engine.agent.diagnosis.selection import is_recoverable, rank_failures
+from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable, rank_failures
 from rootcause_engine.agent.launch_observer import LaunchedWorker
 from rootcause_engine.agent.launch_record import Detection, WorkerRecord
 from rootcause_engine.worker.recorder import RecordedError
@@ -116,6 +117,17 @@ def test_recoverable_root_cause_and_victim_only_pods_are_recoverable() -> None:
     error = root_cause_error(report_for(fatal))
     assert isinstance(error, ElasticRootCauseError) and not is_recoverable(fatal)
     assert error.timestamp == T0 / S and error.timestamp_ns == T0
+
+
+def test_flyte_2_s_rule_retries_every_root_cause_but_one_that_forbids_it() -> None:
+    plain = rank([WorkerRecord(launched(0), None, recorded("ValueError: x", T0))])
+    killed = rank([WorkerRecord(launched(0), ProcessExit(100, T0, None, 9), None)])
+    assert is_recoverable(plain, RetryRule.UNLESS_REFUSED) and is_recoverable(killed, RetryRule.UNLESS_REFUSED)
+    assert not is_recoverable(killed)  # flytekit's rule: only a requested retry
+    refused = dataclasses.replace(recorded("NonRecoverableError: bad data", T0), retry_refused=True)
+    forbidding = rank([WorkerRecord(launched(0), None, refused)])
+    assert forbidding[0].retry_refused and not is_recoverable(forbidding, RetryRule.UNLESS_REFUSED)
+    assert report_for(forbidding, retry_rule=RetryRule.UNLESS_REFUSED).recoverable is False
 
 
 def test_report_names_root_cause_then_victims() -> None:

@@ -7,34 +7,48 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flyteidl2.core import execution_pb2
 
 from flyteplugins.rootcause.errors import ERROR_CODE
 from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, run_job
+from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
 from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
 from rootcause_engine.simulation.faults import Fault, FaultKind
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_raising_rank_is_named_in_error_pb_non_recoverable_with_the_timeline_in_the_report(tmp_path: Path) -> None:
+def _error_of(task: Any, tmp_path: Path) -> tuple[execution_pb2.ContainerError, JobResult]:
     fault = Fault(FaultKind.RAISE, pod="train-worker-1", local_rank=0)
-    spec = JobSpec(task=training.train_2x1, nnodes=2, nproc_per_node=1, root=tmp_path / "bucket", fault=fault,
-                   timeout_s=180)
+    spec = JobSpec(task=task, nnodes=2, nproc_per_node=1, root=tmp_path / "bucket", fault=fault, timeout_s=180)
     result = run_job(spec, work_dir=tmp_path / "pods")
     assert not result.timed_out
     document = result.error_document
     assert document is not None, f"no error.pb; pod logs under {result.sim_dir}"
-    error = document.error
-    assert (error.code, error.kind) == (ERROR_CODE, execution_pb2.ContainerError.NON_RECOVERABLE)
+    return document.error, result
+
+
+def test_a_raising_rank_is_named_in_error_pb_retryable_with_the_timeline_in_the_report(tmp_path: Path) -> None:
+    """A plain exception is retried, as Flyte 2 retries any task's error but ``NonRecoverableError``."""
+    error, result = _error_of(training.train_2x1, tmp_path)
+    assert (error.code, error.kind) == (ERROR_CODE, execution_pb2.ContainerError.RECOVERABLE)
     assert rootcause_verdict(error.message) == ("train-worker-1", result.injected_rank) != (None, None)
     assert "injected failure on train-worker-1" in error.message.split("\n\n")[0]
     assert "Agreed by the failing pods: train-worker-0, train-worker-1." in error.message
     report = (result.output_prefix / "report.html").read_text()
     assert "Failure timeline" in report and "train-worker-1" in report and "root cause" in report
+
+
+def test_a_root_cause_that_forbids_retries_is_non_recoverable_in_error_pb(tmp_path: Path) -> None:
+    """The worker re-raised its failure as Flyte 2's ``NonRecoverableError``: every pod's ``error.pb``
+    says so, though the other pod failed with a plain (retryable) victim's error."""
+    error, result = _error_of(training.train_2x1_no_retry, tmp_path)
+    assert (error.code, error.kind) == (ERROR_CODE, execution_pb2.ContainerError.NON_RECOVERABLE)
+    assert rootcause_verdict(error.message) == ("train-worker-1", result.injected_rank) != (None, None)
+    assert "NonRecoverableError" in error.message.split("\n\n")[0]
 
 
 def test_the_demo_names_a_pod_that_vanished_whole_from_its_peers_agreed_word(tmp_path: Path) -> None:

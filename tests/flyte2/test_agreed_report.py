@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
@@ -10,6 +11,7 @@ from rootcause_core.roles import rank_from_report
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from rootcause_engine.agent.diagnosis.selection import RetryRule
 
 S = 1_000_000_000
 T0 = 1_795_000_000 * S
@@ -47,6 +49,18 @@ def test_recoverability_follows_the_root_cause_not_the_victims() -> None:
     recoverable_root = PodWord("pod-1", (failure("pod-1", 3, T0, Role.CANDIDATE, "x", recoverable=True),))
     assert agreed_report([PodWord("pod-0", (VICTIM_0,)), recoverable_root]).recoverable
     assert not agreed_report(WORDS).recoverable
+
+
+def test_by_flyte_2_s_rule_only_a_root_cause_that_forbids_retries_is_not_recoverable() -> None:
+    """Flyte 2 retries every task error but ``NonRecoverableError``: the same rule for the job's root
+    cause, whatever the victims raised."""
+    assert agreed_report(WORDS, retry_rule=RetryRule.UNLESS_REFUSED).recoverable  # a plain RuntimeError
+    refused = dataclasses.replace(ROOT, exception_type="flyte.errors.NonRecoverableError", retry_refused=True)
+    words = [PodWord("pod-0", (VICTIM_0,)), PodWord("pod-1", (refused, VICTIM_1))]
+    assert not agreed_report(words, retry_rule=RetryRule.UNLESS_REFUSED).recoverable
+    # the fact travels through the store with the word
+    said = PodWord.from_json(words[1].to_json())
+    assert said is not None and said.failures[0].retry_refused
 
 
 def test_a_pod_that_said_nothing_and_that_its_peers_found_lost_is_the_root_cause() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import json
 import logging
 import os
 import pkgutil
@@ -1052,6 +1053,29 @@ def test_the_engine_s_names_for_flytekit_and_kfpytorch_things_still_resolve() ->
 
     assert is_recoverable_exception(FlyteRecoverableException("x")) and is_recoverable_exception(SpotReclaimed("x"))
     assert not is_recoverable_exception(RuntimeError("x"))
+
+
+def test_the_exception_classes_that_forbid_flyte_2_a_retry_are_named_as_flyte_2_names_them() -> None:
+    """The recorder names them without importing Flyte 2 (a flytekit worker has none)."""
+    from flyte.errors import NonRecoverableError
+
+    from rootcause_engine.worker.recorder import (
+        RETRY_REFUSING_EXCEPTION_TYPES,
+        build_error_file,
+        parse_error_file,
+        refuses_retry,
+    )
+
+    assert all(isinstance(resolve(name), type) for name in RETRY_REFUSING_EXCEPTION_TYPES)
+
+    class BadData(NonRecoverableError):
+        pass
+
+    assert refuses_retry(NonRecoverableError("x")) and refuses_retry(BadData("x"))
+    assert not refuses_retry(RuntimeError("x"))
+    recorded = parse_error_file(json.dumps(build_error_file(BadData("corrupt shard"), 1)))
+    assert recorded.retry_refused and not recorded.recoverable
+    assert not parse_error_file(json.dumps(build_error_file(ValueError("x"), 1))).retry_refused
 
 
 def test_the_shared_error_file_is_the_one_flytekit_writes_and_propeller_reads() -> None:

@@ -85,6 +85,17 @@ class JobResult(FaultGroundTruth):
         return "written"
 
     @property
+    def output(self) -> float | None:
+        """The task's float output (``o0``), as rank 0's pod wrote it; ``None`` when none was written."""
+        path = self.output_prefix / "outputs.pb"
+        if not path.exists():
+            return None
+        outputs = common_pb2.Outputs()
+        outputs.ParseFromString(path.read_bytes())
+        values = {named.name: named.value for named in outputs.literals}
+        return values["o0"].scalar.primitive.float_value if "o0" in values else None
+
+    @property
     def error_document(self) -> execution_pb2.ErrorDocument | None:
         """The action's ``error.pb`` (what the backend reads); ``None`` when it is missing or torn."""
         if self.error_pb != "written":

@@ -27,7 +27,7 @@ from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, membe
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
-from rootcause_engine.agent.diagnosis.selection import is_recoverable
+from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable
 
 #: Bumped when a word's or a report's JSON changes: pods of one job run one image, so a mismatch
 #: means a stray key, which is ignored.
@@ -139,12 +139,15 @@ class AgreedReport:
             return None
 
 
-def agreed_report(words: Sequence[PodWord], *, noticed_ns: int | None = None) -> AgreedReport:
+def agreed_report(
+    words: Sequence[PodWord], *, noticed_ns: int | None = None, retry_rule: RetryRule = RetryRule.ON_REQUEST
+) -> AgreedReport:
     """The one report made of ``words`` (at least one, each with at least one failure).
 
     Pure and order-free: the words are taken in pod-name order, so any pod that holds the same
     words makes the same report. ``noticed_ns``: when the peers lost contact with a lost pod
-    (default: the earliest failure's time).
+    (default: the earliest failure's time). ``retry_rule``: whether the root cause allows a retry
+    (a lost pod always does).
     """
     if not words or not any(word.failures for word in words):
         raise ValueError("an agreed report needs at least one pod's word with a failure")
@@ -168,7 +171,7 @@ def agreed_report(words: Sequence[PodWord], *, noticed_ns: int | None = None) ->
     else:
         sections.append(format_root_cause_message(failures))
         worker, rank, at = root.worker, root.global_rank, root.timestamp_ns
-        recoverable = is_recoverable(failures)
+        recoverable = is_recoverable(failures, retry_rule)
     for peer in lost:
         sections.append(describe_lost_peer(peer, noticed_ns=noticed or 0))
     sections.append(f"Agreed by the failing pods: {', '.join(testified)}.")

@@ -41,9 +41,12 @@ class WorkerFailure:
     timestamp_ns: int | None
     time_source: TimeSource
     role: Role
+    #: the worker's exception asked for a retry (flytekit's rule, ``selection.RetryRule``)
     recoverable: bool
     source: str = ""
     attempt: int = 0
+    #: the worker's exception forbade a retry (Flyte 2's rule)
+    retry_refused: bool = False
 
     @property
     def signal_name(self) -> str | None:

@@ -35,7 +35,7 @@ from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import stalled_collective
 from rootcause_engine.agent.diagnosis.report import format_agent_timeline, format_root_cause_message
-from rootcause_engine.agent.diagnosis.selection import is_recoverable, rank_failures
+from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable, rank_failures
 from rootcause_engine.agent.launch_record import LaunchRecord
 
 
@@ -114,6 +114,7 @@ def report_for(
     members: Sequence[Member] = (),
     lost_peers: Sequence[LostPeer] = (),
     restarts: Sequence[RestartRow] = (),
+    retry_rule: RetryRule = RetryRule.ON_REQUEST,
 ) -> Diagnosis:
     """The diagnosis of ranked ``failures`` (root cause first; at least one).
 
@@ -133,7 +134,7 @@ def report_for(
         trigger=trigger,
         failures=tuple(failures),
         report=message,
-        recoverable=is_recoverable(list(failures)),
+        recoverable=is_recoverable(failures, retry_rule),
         members=tuple(members),
         lost_peers=tuple(lost_peers),
         restarts=tuple(restarts),
@@ -153,12 +154,14 @@ def diagnose(
     peers: PeerTestimony | None = None,
     notes: Sequence[str] = (),
     restarts: Sequence[RestartRow] = (),
+    retry_rule: RetryRule = RetryRule.ON_REQUEST,
 ) -> Diagnosis | None:
     """The diagnosis of ``record``; ``None`` when no worker of the attempt failed.
 
     ``peers``: the other pods (hard restarts: announced to, asked about, left); ``None`` where the
     job goes on without this pod's word (a soft restart heals it). ``notes``: what the road adds to
-    the report, after the root cause and before the agent's timeline.
+    the report, after the root cause and before the agent's timeline. ``retry_rule``: the
+    front-end's (whether the root cause allows a retry).
     """
     local_stall = stalled_collective(worker.recorded for worker in record.workers)
     if peers is not None:
@@ -201,6 +204,7 @@ def diagnose(
         members=members,
         lost_peers=lost,
         restarts=restarts,
+        retry_rule=retry_rule,
     )
 
 

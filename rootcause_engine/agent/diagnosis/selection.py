@@ -12,6 +12,8 @@ while the agent probes its peers failed before anything reached it.
 from __future__ import annotations
 
 import dataclasses
+import enum
+from collections.abc import Sequence
 
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import Role, TimeSource, order_failures
@@ -92,6 +94,7 @@ def build_failure(
         recoverable=bool((recorded and recorded.recoverable) or evidence.recoverable_marker),
         source=launched.error_file,
         attempt=launched.attempt,
+        retry_refused=bool(recorded and recorded.retry_refused),
     )
     # a worker that failed on its own before the teardown is no hung one, whatever it answered
     hang = None if failed_before_signals else hang_verdict(evidence.probe, stalled, launched.global_rank)
@@ -134,8 +137,19 @@ def rank_failures(
     return order_failures(failures)
 
 
-def is_recoverable(failures: list[WorkerFailure]) -> bool:
-    """Retry when the root cause asked for it, or when only victims were seen in this pod.
+class RetryRule(enum.Enum):
+    """Which failures a front-end's orchestrator retries: the job's root cause is judged by its rule."""
+
+    #: flytekit: a user error is retried only when its exception asks for it
+    #: (``FlyteRecoverableException``); a worker killed by a signal, or hung, is not.
+    ON_REQUEST = "on-request"
+    #: Flyte 2: every error is retried unless its exception forbids it
+    #: (``flyte.errors.NonRecoverableError``), as Flyte 2's runtime decides for a task's own error.
+    UNLESS_REFUSED = "unless-refused"
+
+
+def is_recoverable(failures: Sequence[WorkerFailure], rule: RetryRule = RetryRule.ON_REQUEST) -> bool:
+    """Retry when the root cause allows it by ``rule``, or when only victims were seen in this pod.
 
     A pod that saw only victims lost a peer elsewhere (another pod's failure, a preempted node):
     retrying is what torch elastic itself would do, and the true cause is reported by that pod.
@@ -143,4 +157,6 @@ def is_recoverable(failures: list[WorkerFailure]) -> bool:
     if not failures:
         return False
     root = failures[0]
-    return root.recoverable or root.role == Role.VICTIM
+    if root.role == Role.VICTIM:
+        return True
+    return root.recoverable if rule == RetryRule.ON_REQUEST else not root.retry_refused
