@@ -3,9 +3,10 @@
 Run by hand: ``.venv/bin/python -m benchmarks.soft_restart [--trials 10] [--init-s 3] [--steps 80]
 [--cases lost,frozen]``.
 
-Each trial runs the simulator's soft-restart training task (``rootcause_engine/simulation/soft_training_loop.py``, spawned
-workers as kfpytorch starts them: every worker sleeps ``--init-s`` first, standing in for loading a
-model, then trains ``--steps`` steps of ``--step-s``). Two faults, at step ``--fail-step``:
+Each trial runs the simulator's soft-restart training task (its loop:
+``rootcause_engine/simulation/soft_training_loop.py``; spawned workers as kfpytorch starts them:
+every worker sleeps ``--init-s`` first, standing in for loading a model, then trains ``--steps``
+steps of ``--step-s``). Two faults, at step ``--fail-step``:
 
 - ``failure``: worker 1 of pod 1 raises a recoverable error. Run under ``restart_policy="hard"``
   (torch's) and ``"soft"``: pod 1's workers restart, the survivors scale down, then up.

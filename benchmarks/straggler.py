@@ -53,16 +53,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from flytekitplugins_rootcause.straggler.decision import OK, NodeTimes, decide
-from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
-from flytekitplugins_rootcause.straggler.settings import StragglerCheck
-from flytekitplugins_rootcause.straggler.simulate import (
-    AgentOutcome,
-    SimulatedCluster,
-    pod_name_of,
-    report_from_dict,
-    run_cluster,
-)
+from flytekitplugins_rootcause.straggler.simulate import AgentOutcome, SimulatedCluster, pod_name_of, run_cluster
+from rootcause_engine.straggler.decision import OK, NodeTimes, decide
+from rootcause_engine.straggler.report import NodeResult, StragglerReport, report_from_dict
+from rootcause_engine.straggler.settings import StragglerCheck
 
 SLOW_FACTOR = 1.5
 

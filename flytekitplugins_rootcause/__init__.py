@@ -24,10 +24,10 @@ _EXPORTS = {
     "ElasticRootCauseRecoverableError": "flytekitplugins_rootcause.exceptions",
     "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
     "WorkerFailure": "rootcause_engine.agent.diagnosis.failures",
-    "StragglerCheck": "flytekitplugins_rootcause.straggler.settings",
+    "StragglerCheck": "rootcause_engine.straggler.settings",
     "StragglerDetectedError": "flytekitplugins_rootcause.straggler.errors",
     "StragglerPrecheck": "flytekitplugins_rootcause.straggler.task",
-    "StragglerReport": "flytekitplugins_rootcause.straggler.report",
+    "StragglerReport": "rootcause_engine.straggler.report",
 }
 
 __all__ = [
@@ -46,11 +46,11 @@ if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
     from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
     from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
-    from flytekitplugins_rootcause.straggler.report import StragglerReport
-    from flytekitplugins_rootcause.straggler.settings import StragglerCheck
     from flytekitplugins_rootcause.straggler.task import StragglerPrecheck
     from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
     from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+    from rootcause_engine.straggler.report import StragglerReport
+    from rootcause_engine.straggler.settings import StragglerCheck
 
 
 def __getattr__(name: str) -> Any:

@@ -42,7 +42,7 @@ from rootcause_engine.settings import RESTART_POLICIES as RESTART_POLICIES
 from rootcause_engine.settings import check_settings
 
 if TYPE_CHECKING:
-    from flytekitplugins_rootcause.straggler.settings import StragglerCheck
+    from rootcause_engine.straggler.settings import StragglerCheck
 
 #: NCCL's heartbeat monitor aborts a process whose NCCL watchdog thread is stuck this long
 #: (torch's default is 480 s); see docs/settings.md.
@@ -123,7 +123,7 @@ class ElasticRootCause(Elastic):
                 f"nccl_async_error_handling must be 0, 1, 2, 3 or None, got {self.nccl_async_error_handling!r}"
             )
         if self.straggler_check is not None:
-            from flytekitplugins_rootcause.straggler.settings import validate_for_task
+            from rootcause_engine.straggler.settings import validate_for_task
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)
         _load_task_type()

@@ -81,9 +81,9 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             )
         ]
         if self.task_config.straggler_check is not None:
-            from flytekitplugins_rootcause.straggler.worker import StragglerCheckHook
+            from flytekitplugins_rootcause.straggler.worker import straggler_check_hook
 
-            hooks.append(StragglerCheckHook(self.task_config.straggler_check, nnodes=self.task_config.nnodes))
+            hooks.append(straggler_check_hook(self.task_config.straggler_check, self.task_config.nnodes))
         return hooks
 
     def _before_user_function(self) -> Callable[[], None] | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flytekit.exceptions.user import FlyteUserRuntimeException
 
-from flytekitplugins_rootcause.straggler.report import StragglerReport
-from flytekitplugins_rootcause.straggler.settings import StragglerConfigError
+from rootcause_engine.straggler.report import StragglerReport
+from rootcause_engine.straggler.settings import StragglerCheckError, StragglerConfigError
 
 __all__ = ["StragglerCheckError", "StragglerConfigError", "StragglerDetectedError"]
 
@@ -27,7 +27,3 @@ class StragglerDetectedError(FlyteUserRuntimeException):
             "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
         ]
         super().__init__(RuntimeError("\n".join(lines)))
-
-
-class StragglerCheckError(RuntimeError):
-    """The check itself could not run (e.g. a collective timed out); says where and what to do."""

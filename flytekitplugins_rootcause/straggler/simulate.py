@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flytekitplugins_rootcause.straggler.measure import TrialRunner, run_trial
-from flytekitplugins_rootcause.straggler.report import NodeResult, StragglerReport
-from flytekitplugins_rootcause.straggler.settings import StragglerCheck
 from rootcause_engine.simulation.loopback import free_port
+from rootcause_engine.straggler.measure import TrialRunner, run_trial
+from rootcause_engine.straggler.report import StragglerReport, report_from_dict
+from rootcause_engine.straggler.settings import StragglerCheck
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,6 @@ def _outcome(index: int, returncode: int, workdir: Path) -> AgentOutcome:
     trained = [int(p.read_text()) for p in sorted(workdir.glob(f"trained-{pod}-*"))]
     log = (workdir / f"agent-{index}.log").read_text(errors="replace")
     return AgentOutcome(index, pod, returncode, reports, trained, log)
-
-
-def report_from_dict(data: dict) -> StragglerReport:
-    nodes = [NodeResult(**n) for n in data.pop("nodes")]
-    return StragglerReport(nodes=nodes, **data)
 
 
 def _worker(cluster: SimulatedCluster, index: int, workdir: str) -> int:

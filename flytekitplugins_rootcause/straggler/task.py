@@ -22,10 +22,10 @@ from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import Elastic, PytorchElasticFunctionTask
 
 from flytekitplugins_rootcause.config import DEFAULT_MONITOR_INTERVAL_S
-from flytekitplugins_rootcause.straggler.report import StragglerReport
-from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
+from rootcause_engine.straggler.report import StragglerReport
+from rootcause_engine.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
 
 
 @dataclass

@@ -22,7 +22,9 @@ from flyteplugins.rootcause.errors import (
     ElasticRootCauseError,
     ElasticRootCauseRecoverableError,
 )
+from flyteplugins.rootcause.straggler import StragglerDetectedError
 from flyteplugins.rootcause.task import RootCauseTorchFunctionTask
+from rootcause_engine.straggler.settings import StragglerCheck, Workload
 
 __all__ = [
     "AgentHungError",
@@ -30,4 +32,7 @@ __all__ = [
     "ElasticRootCauseError",
     "ElasticRootCauseRecoverableError",
     "RootCauseTorchFunctionTask",
+    "StragglerCheck",
+    "StragglerDetectedError",
+    "Workload",
 ]

@@ -25,6 +25,7 @@ from rootcause_engine.settings import (
     DEFAULT_TEARDOWN_GRACE_S,
     check_settings,
 )
+from rootcause_engine.straggler.settings import StragglerCheck, validate_for_task
 
 
 @dataclass
@@ -55,6 +56,10 @@ class ElasticRootCause(Elastic):
             declared lost (``None``: no such watch); ``heartbeat_interval_s``: how often pods beat.
         agreement_timeout_s: how long a failing pod waits for the other failing pods' word before it
             writes the report made of the words it has (``rootcause_engine.agent.agreement``).
+        straggler_check: optional ``StragglerCheck`` (``from flyteplugins.rootcause import
+            StragglerCheck``) run by every worker inside the launch before the user's function, as on
+            flytekit (``docs/straggler.md``): the table in the pod log and, with ``report=True``, a
+            "Straggler check" report tab; ``action="fail"`` raises a ``NonRecoverableError``.
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
@@ -71,6 +76,7 @@ class ElasticRootCause(Elastic):
     lost_after_s: float | None = DEFAULT_LOST_AFTER_S
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     agreement_timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S
+    straggler_check: StragglerCheck | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.nproc_per_node, bool) or not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1:
@@ -82,3 +88,5 @@ class ElasticRootCause(Elastic):
                 f"nccl_heartbeat_timeout_sec must be > 0 seconds or None, got {self.nccl_heartbeat_timeout_sec!r}"
             )
         check_settings(self)
+        if self.straggler_check is not None:
+            validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)

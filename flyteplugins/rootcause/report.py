@@ -1,5 +1,5 @@
-"""The failure timeline in Flyte 2's report, for tasks that enable one (``TaskEnvironment(report=True)``
-or ``@env.task(report=True)``).
+"""The failure timeline (and the straggler check) in Flyte 2's report, for tasks that enable one
+(``TaskEnvironment(report=True)`` or ``@env.task(report=True)``).
 
 The page is the engine's (:mod:`rootcause_engine.agent.diagnosis.timeline_page`, the same as
 flytekit's Deck): every failure of every pod that agreed, on one time axis, the root cause marked.
@@ -16,6 +16,8 @@ import flyte.report
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport
 from rootcause_engine.agent.diagnosis.pipeline import RestartRow
 from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeline_html
+from rootcause_engine.straggler.page import render_html
+from rootcause_engine.straggler.report import StragglerReport
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +25,8 @@ logger = logging.getLogger(__name__)
 TIMELINE_TAB = "Failure timeline"
 #: The report tab of a launch that went through soft restarts.
 RESTARTS_TAB = "Soft restarts"
+#: The report tab of the straggler pre-check (``ElasticRootCause(straggler_check=...)``).
+STRAGGLER_TAB = "Straggler check"
 
 
 def timeline_page(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -> str:
@@ -40,6 +44,11 @@ async def publish_restarts(restarts: tuple[RestartRow, ...]) -> None:
     """A launch that healed through soft restarts: its restarts in their tab (nothing without any)."""
     if restarts:
         await _publish(RESTARTS_TAB, restarts_html(restarts))
+
+
+async def publish_straggler_report(report: StragglerReport) -> None:
+    """The check's table and chart in their tab (the engine's page, flytekit's Deck)."""
+    await _publish(STRAGGLER_TAB, render_html(report))
 
 
 async def _publish(tab: str, html: str) -> None:

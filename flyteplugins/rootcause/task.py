@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
+from collections.abc import Callable
 
 import flyte
 from cloudpickle import cloudpickle
@@ -40,7 +42,8 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
-from flyteplugins.rootcause.report import publish_restarts, publish_timeline
+from flyteplugins.rootcause.report import publish_restarts, publish_straggler_report, publish_timeline
+from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
 from flyteplugins.rootcause.upstream import check_flyte, upload_error_document
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import reach_agreement
@@ -78,33 +81,45 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             launch = LaunchSession(
                 self._launch_settings(), error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self)
             )
-            with launch:
+            with launch, tempfile.TemporaryDirectory(prefix="rootcause-straggler-") as scratch:
+                straggler_file = os.path.join(scratch, "report.json")  # the check's report, from rank 0
                 try:
                     with launch.running():
                         out = elastic_launch(self._launch_config(), entrypoint=launcher_entrypoint)(
-                            tctx, cloudpickle.dumps(self._recording()), kwargs
+                            tctx, cloudpickle.dumps(self._recording(straggler_file)), kwargs
                         )
                 except ChildFailedError as exc:
                     diagnosis = launch.workers_failed(exc)
                     if diagnosis is None:
                         raise
-                    raise await self._raised(launch, diagnosis) from None
+                    raise await self._raised(launch, diagnosis, straggler_file) from None
                 except (RendezvousError, DistError) as exc:
                     diagnosis = launch.store_lost(exc)
                     if diagnosis is None:
                         raise
-                    raise await self._raised(launch, diagnosis) from None
+                    raise await self._raised(launch, diagnosis, straggler_file) from None
                 if self.report:
+                    await self._publish_straggler_report(straggler_file)
                     await publish_restarts(launch.restarts())
             result = out.get(0)  # rank 0 returns the task's output
             await self.post(result)
         return result
 
-    def _recording(self) -> RecordingTaskFunction:
-        """What each worker runs: the user's function, recorded, after the worker-side settings."""
+    def _recording(self, straggler_file: str) -> RecordingTaskFunction:
+        """What each worker runs: the user's function, recorded, after the worker-side settings and
+        the straggler check (if any; rank 0 leaves its report in ``straggler_file``)."""
         config = self.plugin_config
         settings = WorkerProcessSettings(collective_timeout_s=config.collective_timeout_s, hang_probe=config.hang_probe)
-        return RecordingTaskFunction(self.func, before_user_function([settings]))
+        hooks: list[Callable[[], None] | None] = [settings]
+        if config.straggler_check is not None:
+            hooks.append(straggler_check_hook(config.straggler_check, config.nnodes, straggler_file))
+        return RecordingTaskFunction(self.func, before_user_function(hooks))
+
+    async def _publish_straggler_report(self, straggler_file: str) -> None:
+        """The check's report in its report tab, where this pod's rank 0 wrote one."""
+        report = read_published_report(straggler_file)
+        if report is not None:
+            await publish_straggler_report(report)
 
     def _launch_config(self) -> LaunchConfig:
         """torch's launch config, as upstream builds it (the monitor interval may be below a second)."""
@@ -134,11 +149,13 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             retry_rule=RetryRule.UNLESS_REFUSED,
         )
 
-    async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis) -> Exception:
-        """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report tab."""
+    async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis, straggler_file: str) -> Exception:
+        """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report tabs."""
         error = _job_error(diagnosis, launch.peers, self)
         agreed = getattr(error, "agreed", None)
         logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
+        if self.report:
+            await self._publish_straggler_report(straggler_file)
         if isinstance(agreed, AgreedReport) and self.report:
             await publish_timeline(agreed, launch.restarts())
         return error

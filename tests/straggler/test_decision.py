@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from flytekitplugins_rootcause.straggler.decision import (
+from rootcause_engine.straggler.decision import (
     FAILED,
     OK,
     SLOW_COMPUTE,
@@ -15,8 +15,8 @@ from flytekitplugins_rootcause.straggler.decision import (
     NodeTimes,
     decide,
 )
-from flytekitplugins_rootcause.straggler.grouping import first_round_groups, next_round_groups
-from flytekitplugins_rootcause.straggler.samples import WorkerSample, aggregate, round_times
+from rootcause_engine.straggler.grouping import first_round_groups, next_round_groups
+from rootcause_engine.straggler.samples import WorkerSample, aggregate, round_times
 
 TRIALS = 5
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flytekitplugins_rootcause.straggler.grouping import (
+from rootcause_engine.straggler.grouping import (
     first_round_groups,
     network_localizable,
     next_round_groups,

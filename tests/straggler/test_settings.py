@@ -29,9 +29,9 @@ from flytekitplugins_rootcause.straggler import (
     Workload,
     validate_for_task,
 )
-from flytekitplugins_rootcause.straggler.actions import Step, plan_action
-from flytekitplugins_rootcause.straggler.deck import render_html
 from rootcause_engine.agent.rendezvous_host import endpoint_port, process_listens_on
+from rootcause_engine.straggler.actions import Step, plan_action
+from rootcause_engine.straggler.page import render_html
 
 REPO = Path(__file__).resolve().parents[2]
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))

@@ -14,7 +14,7 @@ import flyte
 from flyte.errors import NonRecoverableError
 from flyteplugins.pytorch import Elastic
 
-from flyteplugins.rootcause import ElasticRootCause
+from flyteplugins.rootcause import ElasticRootCause, StragglerCheck
 from rootcause_engine.simulation.faults import INJECTED_MESSAGE
 from rootcause_engine.simulation.soft_training_loop import run_soft_training
 from rootcause_engine.simulation.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
@@ -29,6 +29,10 @@ elastic_2x2 = _env("elastic_2x2", Elastic(nnodes=2, nproc_per_node=2, max_restar
 rootcause_4x2 = _env("rootcause_4x2", ElasticRootCause(nnodes=4, nproc_per_node=2, max_restarts=0))
 elastic_4x2 = _env("elastic_4x2", Elastic(nnodes=4, nproc_per_node=2, max_restarts=0))
 rootcause_2x1 = _env("rootcause_2x1", ElasticRootCause(nnodes=2, nproc_per_node=1, max_restarts=0))
+rootcause_checked_2x1 = _env(
+    "rootcause_checked_2x1",
+    ElasticRootCause(nnodes=2, nproc_per_node=1, max_restarts=0, straggler_check=StragglerCheck()),
+)
 rootcause_soft_2x2 = _env(
     "rootcause_soft_2x2", ElasticRootCause(nnodes="1:2", nproc_per_node=2, max_restarts=2, restart_policy="soft")
 )
@@ -105,3 +109,9 @@ def soft_train_2x2(steps: int = SOFT_STEPS) -> float:
         steps, 0.0, 0.15, SOFT_FAILING_POD, 0, SOFT_FAIL_STEP, False, init_until_scale_down=True,
         finish_after_scale_up=True, recoverable_error=RuntimeError, fatal_error=NonRecoverableError,
     )
+
+
+@rootcause_checked_2x1.task(report=True)
+def train_2x1_checked(steps: int = 8) -> float:
+    """2 pods x 1 worker that run the straggler pre-check (default settings) before training."""
+    return run_training(steps)

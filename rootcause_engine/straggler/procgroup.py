@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.straggler.settings import StragglerConfigError
+from rootcause_engine.straggler.settings import StragglerConfigError
 
 _CALLS = itertools.count()
 

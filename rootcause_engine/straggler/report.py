@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from flytekitplugins_rootcause.straggler.decision import FAILED, OK, NodeDecision, NodeTimes
-from flytekitplugins_rootcause.straggler.samples import WorkerIdentity
+from rootcause_engine.straggler.decision import FAILED, OK, NodeDecision, NodeTimes
+from rootcause_engine.straggler.samples import WorkerIdentity
 
 
 @dataclass
@@ -170,3 +171,10 @@ def _group_of(node: int, groups: Sequence[Sequence[int]]) -> Sequence[int]:
         if node in group:
             return group
     return ()
+
+
+def report_from_dict(data: dict[str, Any]) -> StragglerReport:
+    """The report ``dataclasses.asdict`` made ``data`` of (a saved benchmark run, a worker's file)."""
+    fields = dict(data)
+    nodes = [NodeResult(**n) for n in fields.pop("nodes")]
+    return StragglerReport(nodes=nodes, **fields)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.straggler.settings import Workload
 from rootcause_engine.distributed import default_backend, default_device
+from rootcause_engine.straggler.settings import Workload
 
 #: Runs one compute trial (the callable it is given) and returns when it is done. The default just
 #: calls it; a harness can wrap it, e.g. ``simulate.py`` makes a simulated node's device slower

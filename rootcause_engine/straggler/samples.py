@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from flytekitplugins_rootcause.straggler.decision import NodeTimes, Trials
+from rootcause_engine.straggler.decision import NodeTimes, Trials
 
 
 @dataclass(frozen=True)

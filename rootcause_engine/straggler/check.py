@@ -17,9 +17,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from flytekitplugins_rootcause.straggler import grouping
-from flytekitplugins_rootcause.straggler.decision import decide
-from flytekitplugins_rootcause.straggler.measure import (
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
+from rootcause_engine.straggler import grouping
+from rootcause_engine.straggler.decision import decide
+from rootcause_engine.straggler.measure import (
     DeviceChoice,
     StepTimeout,
     TrialRunner,
@@ -28,18 +30,16 @@ from flytekitplugins_rootcause.straggler.measure import (
     measure_compute,
     run_trial,
 )
-from flytekitplugins_rootcause.straggler.procgroup import check_process_group, require_elastic_env
-from flytekitplugins_rootcause.straggler.report import StragglerReport, build_nodes
-from flytekitplugins_rootcause.straggler.samples import (
+from rootcause_engine.straggler.procgroup import check_process_group, require_elastic_env
+from rootcause_engine.straggler.report import StragglerReport, build_nodes
+from rootcause_engine.straggler.samples import (
     WorkerIdentity,
     WorkerSample,
     aggregate,
     ranks_by_node,
     round_times,
 )
-from flytekitplugins_rootcause.straggler.settings import StragglerCheck, Workload
-from rootcause_core.worker_names import current_worker_name
-from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
+from rootcause_engine.straggler.settings import StragglerCheck, StragglerCheckError, Workload
 
 
 def current_identity() -> WorkerIdentity:
@@ -101,8 +101,6 @@ def run_check(check: StragglerCheck, runner: TrialRunner = run_trial) -> Straggl
             report = _rounds(check, workload, choice, ident, identities, started, runner)
             report = _broadcast(report if dist.get_rank() == 0 else None, choice.device)
     except (RuntimeError, dist.DistError) as exc:  # a peer died or hung: say where and what to do
-        from flytekitplugins_rootcause.straggler.errors import StragglerCheckError  # flytekit: only to raise
-
         raise StragglerCheckError(
             f"the straggler check could not complete on pod {ident.pod!r} (rank {ident.rank}, node rank "
             f"{ident.node_rank}): {type(exc).__name__}: {exc}. Another node probably died or hung during the "

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from flytekitplugins_rootcause.straggler.report import StragglerReport
-from flytekitplugins_rootcause.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
+from rootcause_engine.straggler.report import StragglerReport
+from rootcause_engine.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
 
 #: Exit code of a healthy worker that restarts so the job re-forms without the stragglers
 #: (BSD ``EX_TEMPFAIL``: "try again"). Not a failure of the user's code: do not report it as one.

@@ -124,6 +124,10 @@ class StragglerConfigError(ValueError):
     """The straggler check cannot work with this task's configuration (raised before anything runs)."""
 
 
+class StragglerCheckError(RuntimeError):
+    """The check itself could not run (e.g. a collective timed out); says where and what to do."""
+
+
 def parse_nnodes(nnodes: int | str) -> tuple[int, int]:
     """``nnodes`` as kfpytorch accepts it (``4`` or ``"3:4"``) -> ``(min_nodes, max_nodes)``."""
     text = str(nnodes).strip()

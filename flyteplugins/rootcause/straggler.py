@@ -1,0 +1,78 @@
+"""The straggler pre-check in a Flyte 2 task's workers (``ElasticRootCause(straggler_check=...)``).
+
+The check, its verdict and its actions are the engine's (:mod:`rootcause_engine.straggler`), as on
+flytekit. What differs is the front-end:
+
+- where the report goes: rank 0 leaves it in a file of the pod, and the task (the agent's process)
+  logs it to the "Straggler check" report tab. Flyte 2 flushes the report of the ``a0`` process,
+  so a tab a worker flushed itself would be overwritten by that process's own report;
+- what ``action="fail"`` raises in every worker: :class:`StragglerDetectedError`, a Flyte 2
+  ``NonRecoverableError``, since a retry would most likely land on the same slow hardware. The
+  agreed root cause is then that error (``error.pb`` kind ``NON_RECOVERABLE``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from flyte.errors import NonRecoverableError
+
+from rootcause_engine.straggler.report import StragglerReport, report_from_dict
+from rootcause_engine.straggler.settings import StragglerCheck
+from rootcause_engine.straggler.worker import StragglerCheckHook
+from rootcause_engine.worker.complete_files import write_complete
+
+logger = logging.getLogger(__name__)
+
+#: ``ContainerError.code`` of a check that flagged nodes under ``action="fail"``.
+STRAGGLER_ERROR_CODE = "StragglerDetected"
+
+
+class StragglerDetectedError(NonRecoverableError):
+    """``action="fail"`` and the check flagged nodes: stop before training, without a retry."""
+
+    def __init__(self, report: StragglerReport, reason: str = "") -> None:
+        self.report = report
+        flagged = ", ".join(f"{n.describe()} is {n.verdict}" for n in report.flagged)
+        message = "\n".join(
+            [
+                f"Straggler check failed before training started: {flagged}" + (f" ({reason})." if reason else "."),
+                report.table(),
+                "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
+            ]
+        )
+        super().__init__(message, code=STRAGGLER_ERROR_CODE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Flyte2StragglerFrontEnd:
+    """Rank 0 writes the report to ``report_file`` (for the report tab); ``fail`` raises
+    :class:`StragglerDetectedError`. Picklable: it travels to spawned workers with the hook."""
+
+    report_file: str
+
+    def publish(self, report: StragglerReport) -> None:
+        write_complete(self.report_file, json.dumps(dataclasses.asdict(report)))
+
+    def detected_error(self, report: StragglerReport, reason: str) -> BaseException:
+        return StragglerDetectedError(report, reason)
+
+
+def straggler_check_hook(check: StragglerCheck, nnodes: int | str, report_file: str) -> StragglerCheckHook:
+    """The worker hook of ``ElasticRootCause(straggler_check=...)`` on Flyte 2."""
+    return StragglerCheckHook(check, Flyte2StragglerFrontEnd(report_file), nnodes=nnodes)
+
+
+def read_published_report(report_file: str) -> StragglerReport | None:
+    """The report rank 0 of this pod's launch wrote, if it did (only the pod of rank 0 has one)."""
+    path = Path(report_file)
+    if not path.exists():
+        return None
+    try:
+        return report_from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as error:  # a torn or foreign file: the tab is a view
+        logger.warning("the straggler report in %s is unreadable (%s): no report tab", report_file, error)
+        return None
