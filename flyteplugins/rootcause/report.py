@@ -46,9 +46,22 @@ async def publish_restarts(restarts: tuple[RestartRow, ...]) -> None:
         await _publish(RESTARTS_TAB, restarts_html(restarts))
 
 
-async def publish_straggler_report(report: StragglerReport) -> None:
-    """The check's table and chart in their tab (the engine's page, flytekit's Deck)."""
-    await _publish(STRAGGLER_TAB, render_html(report))
+def add_straggler_tab(report: StragglerReport) -> None:
+    """The check's table and chart in their tab (the engine's page, flytekit's Deck), flushed with
+    the next flush of this process's report."""
+    try:
+        flyte.report.get_tab(STRAGGLER_TAB).log(render_html(report))
+    except Exception:  # the report is a view: it must never stop the task
+        logger.exception("could not add the %s report tab", STRAGGLER_TAB)
+
+
+def flush_straggler_tab(report: StragglerReport) -> None:
+    """In a worker (rank 0): the tab, flushed now, from this worker's copy of the report."""
+    add_straggler_tab(report)
+    try:
+        flyte.report.flush()
+    except Exception:
+        logger.exception("could not flush the %s report tab", STRAGGLER_TAB)
 
 
 async def _publish(tab: str, html: str) -> None:

@@ -3,9 +3,12 @@
 The check, its verdict and its actions are the engine's (:mod:`rootcause_engine.straggler`), as on
 flytekit. What differs is the front-end:
 
-- where the report goes: rank 0 leaves it in a file of the pod, and the task (the agent's process)
-  logs it to the "Straggler check" report tab. Flyte 2 flushes the report of the ``a0`` process,
-  so a tab a worker flushed itself would be overwritten by that process's own report;
+- where the report goes (with ``report=True``): rank 0 logs it to the "Straggler check" tab of
+  its own copy of the report and flushes it, as Flyte 2 means distributed tasks' workers to (the
+  ``a0`` process flushes its report at the end only if it has content of its own, so as not to
+  overwrite the workers'; a tab rank 0's user function logs later joins it). Rank 0 also leaves the
+  report in a file of its pod: when the ``a0`` process must flush its own report after all (the
+  failure timeline, the soft restarts), the task adds the tab there too, or that flush would drop it;
 - what ``action="fail"`` raises in every worker: :class:`StragglerDetectedError`, a Flyte 2
   ``NonRecoverableError``, since a retry would most likely land on the same slow hardware. The
   agreed root cause is then that error (``error.pb`` kind ``NON_RECOVERABLE``).
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from flyte.errors import NonRecoverableError
 
+from flyteplugins.rootcause.report import flush_straggler_tab
 from rootcause_engine.straggler.report import StragglerReport, report_from_dict
 from rootcause_engine.straggler.settings import StragglerCheck
 from rootcause_engine.straggler.worker import StragglerCheckHook
@@ -49,21 +53,27 @@ class StragglerDetectedError(NonRecoverableError):
 
 @dataclasses.dataclass(frozen=True)
 class Flyte2StragglerFrontEnd:
-    """Rank 0 writes the report to ``report_file`` (for the report tab); ``fail`` raises
-    :class:`StragglerDetectedError`. Picklable: it travels to spawned workers with the hook."""
+    """Rank 0 writes the report to ``report_file`` and, where the task has a report (``in_report``),
+    flushes it in its tab; ``fail`` raises :class:`StragglerDetectedError`. Picklable: it travels to
+    spawned workers with the hook."""
 
     report_file: str
+    in_report: bool = False
 
     def publish(self, report: StragglerReport) -> None:
         write_complete(self.report_file, json.dumps(dataclasses.asdict(report)))
+        if self.in_report:
+            flush_straggler_tab(report)
 
     def detected_error(self, report: StragglerReport, reason: str) -> BaseException:
         return StragglerDetectedError(report, reason)
 
 
-def straggler_check_hook(check: StragglerCheck, nnodes: int | str, report_file: str) -> StragglerCheckHook:
+def straggler_check_hook(
+    check: StragglerCheck, nnodes: int | str, report_file: str, in_report: bool
+) -> StragglerCheckHook:
     """The worker hook of ``ElasticRootCause(straggler_check=...)`` on Flyte 2."""
-    return StragglerCheckHook(check, Flyte2StragglerFrontEnd(report_file), nnodes=nnodes)
+    return StragglerCheckHook(check, Flyte2StragglerFrontEnd(report_file, in_report), nnodes=nnodes)
 
 
 def read_published_report(report_file: str) -> StragglerReport | None:

@@ -42,7 +42,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
-from flyteplugins.rootcause.report import publish_restarts, publish_straggler_report, publish_timeline
+from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
 from flyteplugins.rootcause.upstream import check_flyte, upload_error_document
 from rootcause_core.worker_names import current_worker_name
@@ -98,8 +98,8 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                     if diagnosis is None:
                         raise
                     raise await self._raised(launch, diagnosis, straggler_file) from None
-                if self.report:
-                    await self._publish_straggler_report(straggler_file)
+                if self.report and launch.restarts():
+                    self._add_straggler_tab(straggler_file)
                     await publish_restarts(launch.restarts())
             result = out.get(0)  # rank 0 returns the task's output
             await self.post(result)
@@ -112,14 +112,16 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         settings = WorkerProcessSettings(collective_timeout_s=config.collective_timeout_s, hang_probe=config.hang_probe)
         hooks: list[Callable[[], None] | None] = [settings]
         if config.straggler_check is not None:
-            hooks.append(straggler_check_hook(config.straggler_check, config.nnodes, straggler_file))
+            hooks.append(straggler_check_hook(config.straggler_check, config.nnodes, straggler_file, self.report))
         return RecordingTaskFunction(self.func, before_user_function(hooks))
 
-    async def _publish_straggler_report(self, straggler_file: str) -> None:
-        """The check's report in its report tab, where this pod's rank 0 wrote one."""
+    @staticmethod
+    def _add_straggler_tab(straggler_file: str) -> None:
+        """Before this process flushes its report: the check's tab, where this pod's rank 0 wrote one
+        (rank 0 flushed it itself; this process's flush would replace that page)."""
         report = read_published_report(straggler_file)
         if report is not None:
-            await publish_straggler_report(report)
+            add_straggler_tab(report)
 
     def _launch_config(self) -> LaunchConfig:
         """torch's launch config, as upstream builds it (the monitor interval may be below a second)."""
@@ -154,9 +156,8 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         error = _job_error(diagnosis, launch.peers, self)
         agreed = getattr(error, "agreed", None)
         logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
-        if self.report:
-            await self._publish_straggler_report(straggler_file)
         if isinstance(agreed, AgreedReport) and self.report:
+            self._add_straggler_tab(straggler_file)
             await publish_timeline(agreed, launch.restarts())
         return error
 
