@@ -16,7 +16,9 @@ from flyteplugins.rootcause.errors import ERROR_CODE
 from flyteplugins.rootcause.simulation import training
 from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
 from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
+from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from rootcause_engine.simulation.faults import Fault, FaultKind
+from tests.flyte2_tasks import hung_agent
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +61,21 @@ def test_the_demo_names_a_pod_that_vanished_whole_from_its_peers_agreed_word(tmp
     assert "error.pb: code ElasticRootCause, kind RECOVERABLE" in run.stdout
     assert "[lost pod] rank 2 (ranks 2-3) (group rank 1) on worker train-worker-1 " in run.stdout
     assert "named:    train-worker-1 rank None" in run.stdout
+
+
+def test_the_watchdog_ends_a_hung_agent_s_pod_and_writes_the_root_cause_to_error_pb(tmp_path: Path) -> None:
+    """The agent never notices rank 1's failure (its monitor loop blocks, ``tests/flyte2_tasks``): the
+    engine's watchdog, in place of the zombie watchdog's silent exit, writes the root cause to the
+    action's ``error.pb`` through the failure sink, then ends the pod, its lingering worker included."""
+    spec = JobSpec(task=hung_agent.rank_one_fails_under_a_hung_agent, nnodes=1, nproc_per_node=2,
+                   root=tmp_path / "bucket", timeout_s=120)
+    result = run_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out, logs
+    assert [pod.returncode for pod in result.pods] == [AGENT_HUNG_EXIT_CODE], logs
+    document = result.error_document
+    assert document is not None, logs
+    first_line = document.error.message.splitlines()[0]
+    assert first_line.startswith("[root cause] rank 1 ") and "ValueError: root cause on rank 1" in first_line, logs
+    assert "the agent watchdog ended the pod" in document.error.message, logs
+    assert (document.error.code, document.error.kind) == (ERROR_CODE, execution_pb2.ContainerError.RECOVERABLE)
