@@ -48,7 +48,7 @@ from flyteplugins.rootcause.upstream import check_flyte, upload_error_document
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
-from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import failure_sink
 from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
@@ -171,7 +171,18 @@ def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunct
     agreed = reach_agreement(
         peers, word, timeout_s=task.plugin_config.agreement_timeout_s, retry_rule=RetryRule.UNLESS_REFUSED
     )
+    if diagnosis.trigger == Trigger.AGENT_HUNG:
+        # the agreed words hold failures, not how each pod ended: the pod whose watchdog fires says so
+        # in its own copy (the other pods' copies are the agreed text alone)
+        agreed = dataclasses.replace(agreed, message=f"{agreed.message}\n\n{WATCHDOG_NOTE}")
     return root_cause_error(agreed)
+
+
+#: What the pod whose agent hung adds to the agreed report it writes.
+WATCHDOG_NOTE = (
+    "This pod's torch elastic agent hung after its workers failed: the agent watchdog ended the pod "
+    "after writing this report (agent_hang_timeout_s)."
+)
 
 
 @dataclasses.dataclass(frozen=True)
