@@ -114,10 +114,7 @@ class LaunchObserver:
         moment is no victim of the teardown, even when the watcher thread has not had the CPU to
         stamp it yet.
         """
-        for worker in self.workers_of(attempt):
-            self.watcher.confirm_exit(worker.pid)
-        with self._lock:
-            return self._teardown_ns.setdefault(attempt, time.time_ns())
+        return self._stamp_after_known_exits(self._teardown_ns, attempt)
 
     def note_signals(self, attempt: int) -> int:
         """Record that the first termination signal to ``attempt``'s workers goes out now (the first call wins).
@@ -128,10 +125,14 @@ class LaunchObserver:
         moment the roles are judged by (``diagnosis.selection``). Exits the kernel already reports
         are recorded first, as for the teardown's start.
         """
+        return self._stamp_after_known_exits(self._signals_ns, attempt)
+
+    def _stamp_after_known_exits(self, stamps: dict[int, int], attempt: int) -> int:
+        """Record every exit the kernel reports for ``attempt``, then stamp now in ``stamps`` (first wins)."""
         for worker in self.workers_of(attempt):
             self.watcher.confirm_exit(worker.pid)
         with self._lock:
-            return self._signals_ns.setdefault(attempt, time.time_ns())
+            return stamps.setdefault(attempt, time.time_ns())
 
     def signals_ns(self, attempt: int) -> int | None:
         with self._lock:
