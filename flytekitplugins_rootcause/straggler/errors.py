@@ -19,11 +19,4 @@ class StragglerDetectedError(FlyteUserRuntimeException):
 
     def __init__(self, report: StragglerReport, reason: str = "") -> None:
         self.report = report
-        lines = [
-            "Straggler check failed before training started: "
-            + ", ".join(f"{n.describe()} is {n.verdict}" for n in report.flagged)
-            + (f" ({reason})." if reason else "."),
-            report.table(),
-            "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
-        ]
-        super().__init__(RuntimeError("\n".join(lines)))
+        super().__init__(RuntimeError(report.failure_message(reason)))

@@ -40,15 +40,7 @@ class StragglerDetectedError(NonRecoverableError):
 
     def __init__(self, report: StragglerReport, reason: str = "") -> None:
         self.report = report
-        flagged = ", ".join(f"{n.describe()} is {n.verdict}" for n in report.flagged)
-        message = "\n".join(
-            [
-                f"Straggler check failed before training started: {flagged}" + (f" ({reason})." if reason else "."),
-                report.table(),
-                "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
-            ]
-        )
-        super().__init__(message, code=STRAGGLER_ERROR_CODE)
+        super().__init__(report.failure_message(reason), code=STRAGGLER_ERROR_CODE)
 
 
 @dataclasses.dataclass(frozen=True)

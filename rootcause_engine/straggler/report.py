@@ -77,6 +77,18 @@ class StragglerReport:
         """Nodes that are not ``ok`` (slow or failed): what ``fail`` and ``exclude`` act on."""
         return [n for n in self.nodes if n.verdict != OK]
 
+    def failure_message(self, reason: str = "") -> str:
+        """What ``action='fail'`` says, on either front-end: every flagged node (pod, node rank,
+        verdict), the table, and what to do."""
+        flagged = ", ".join(f"{n.describe()} is {n.verdict}" for n in self.flagged)
+        return "\n".join(
+            [
+                f"Straggler check failed before training started: {flagged}" + (f" ({reason})." if reason else "."),
+                self.table(),
+                "Cordon or replace the slow nodes and run again, or set StragglerCheck(action='warn') to train anyway.",
+            ]
+        )
+
     def summary(self) -> str:
         """One line for logs and error messages."""
         if self.skipped:
