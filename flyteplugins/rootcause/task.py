@@ -58,6 +58,9 @@ from rootcause_engine.worker.recorder import RecordingTaskFunction
 
 logger = logging.getLogger(__name__)
 
+#: Which root causes Flyte 2 retries: every error but a ``NonRecoverableError`` (the launch's
+#: diagnoses, soft restarts and the agreement all judge by it).
+RETRY_RULE = RetryRule.UNLESS_REFUSED
 #: torch elastic's start method for the workers: upstream's (``LaunchConfig``'s default).
 START_METHOD = "spawn"
 
@@ -148,7 +151,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             start_method=START_METHOD,
             rdzv_backend=self.plugin_config.rdzv_backend,
             environment=agent_environment(_EngineEnvironment.of(self.plugin_config)),
-            retry_rule=RetryRule.UNLESS_REFUSED,
+            retry_rule=RETRY_RULE,
         )
 
     async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis, straggler_file: str) -> Exception:
@@ -169,7 +172,7 @@ def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunct
         return AgentHungError(diagnosis)
     word = PodWord.of(current_worker_name(), diagnosis)
     agreed = reach_agreement(
-        peers, word, timeout_s=task.plugin_config.agreement_timeout_s, retry_rule=RetryRule.UNLESS_REFUSED
+        peers, word, timeout_s=task.plugin_config.agreement_timeout_s, retry_rule=RETRY_RULE
     )
     if diagnosis.trigger == Trigger.AGENT_HUNG:
         # the agreed words hold failures, not how each pod ended: the pod whose watchdog fires says so

@@ -166,7 +166,13 @@ class LaunchSession:
             if soft is not None:
                 soft.watch_peers = self.peers.joined
             if settings.watchdog is not None:
-                self.watchdog = AgentWatchdog(observer, settings.watchdog, error_of=self.error_of, peers=self.peers)
+                self.watchdog = AgentWatchdog(
+                    observer,
+                    settings.watchdog,
+                    error_of=self.error_of,
+                    peers=self.peers,
+                    retry_rule=settings.retry_rule,
+                )
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 self.peers.when_a_peer_fails(lambda: end_running_attempt(observer))
             self.peers.when_a_peer_is_lost(LostPeerHandler(observer, self.peers, soft, self.watchdog))

@@ -46,6 +46,7 @@ from typing import Any
 
 from rootcause_core.timestamps import from_seconds
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, PeerTestimony, Trigger, agent_hung, diagnose
+from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_record import record_launch
@@ -183,11 +184,14 @@ class AgentWatchdog:
         *,
         error_of: Callable[[Diagnosis], BaseException],
         peers: PeerTestimony | None = None,
+        retry_rule: RetryRule = RetryRule.ON_REQUEST,
         exit_process: Callable[[int], Any] = os._exit,
     ) -> None:
         """``error_of`` turns the diagnosis into the front-end's exception (what the failure sink
-        writes); ``peers``: the other pods, told and asked as on the normal failure path."""
+        writes); ``peers``: the other pods, told and asked as on the normal failure path;
+        ``retry_rule``: the front-end's, as for the launch's other diagnoses."""
         self.observer = observer
+        self.retry_rule = retry_rule
         self.settings = settings
         self.error_of = error_of
         self.peers = peers
@@ -256,7 +260,7 @@ class AgentWatchdog:
         """The pipeline's diagnosis of the last attempt; the hang itself when no worker failed."""
         try:
             record = record_launch(self.observer)
-            diagnosis = diagnose(record, trigger=trigger, peers=self.peers, notes=[note])
+            diagnosis = diagnose(record, trigger=trigger, peers=self.peers, notes=[note], retry_rule=self.retry_rule)
         except Exception:
             logger.exception("could not rank the workers' failures")
             diagnosis = None
