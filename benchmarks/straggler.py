@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flytekitplugins_rootcause.straggler.simulate import AgentOutcome, SimulatedCluster, pod_name_of, run_cluster
-from rootcause_engine.straggler.decision import OK, NodeTimes, decide
+from rootcause_engine.straggler.decision import OK, Decision, NodeTimes, decide
 from rootcause_engine.straggler.report import NodeResult, StragglerReport, report_from_dict
 from rootcause_engine.straggler.settings import StragglerCheck
 
@@ -128,11 +128,9 @@ def node_times(node: NodeResult, rank: int | None = None) -> NodeTimes:
     )
 
 
-def redecide(report: StragglerReport, threshold: float) -> set[str]:
-    """Flagged pods when the pure decision runs again on the report's per-trial times."""
-    decision = decide([node_times(n) for n in report.nodes], threshold, report.min_excess_s, report.network_threshold)
-    pods = {n.node_rank: n.pod for n in report.nodes}
-    return {pods[d.node_rank] for d in decision.nodes if d.verdict != OK}
+def redecide(report: StragglerReport, threshold: float) -> Decision:
+    """The pure decision run again on the report's per-trial times, with compute ``threshold``."""
+    return decide([node_times(n) for n in report.nodes], threshold, report.min_excess_s, report.network_threshold)
 
 
 def relative(report: StragglerReport) -> list[NodeResult]:
@@ -199,18 +197,17 @@ def table(runs: list[Run], threshold: float | None) -> str:
         healthy_top, slow_low = 0.0, float("inf")
         link_top, link_bar = 0.0, float("inf")  # the healthy link score nearest its check's bar
         for r in cell:
-            decision = decide([node_times(n) for n in r.report.nodes], threshold or r.report.threshold,
-                              r.report.min_excess_s, r.report.network_threshold)
+            decision = redecide(r.report, threshold or r.report.threshold)
             pods = {n.node_rank: n.pod for n in r.report.nodes}
             for d in decision.nodes:
                 if pods[d.node_rank] != r.slow_pod and (d.comm_score or 0.0) / decision.network_threshold > (
                     link_top / link_bar
                 ):
                     link_top, link_bar = d.comm_score or 0.0, decision.network_threshold
-            if threshold is None:
+            if threshold is None:  # what the check itself decided
                 flagged = {n.pod for n in r.report.nodes if n.verdict != OK}
             else:
-                flagged = redecide(r.report, threshold)
+                flagged = {pods[d.node_rank] for d in decision.nodes if d.verdict != OK}
             fp += bool(flagged - {r.slow_pod})
             fp_first += r.first and bool(flagged)
             if r.slow_pod is not None:
