@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, assert_only_the_pod_without_rank_0_wrote_an_error, run_job
+from flyteplugins.rootcause.simulation.job import JobSpec, run_job
 from rootcause_engine.simulation.soft_training_loop import read_worker_logs
+from tests.flyte2.succeeded_jobs import assert_only_the_pod_without_rank_0_wrote_an_error
 
 pytestmark = pytest.mark.slow
 

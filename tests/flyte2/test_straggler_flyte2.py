@@ -10,11 +10,12 @@ from flyte.errors import NonRecoverableError
 
 from flyteplugins.rootcause import ElasticRootCause, StragglerCheck, StragglerDetectedError
 from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, assert_only_the_pod_without_rank_0_wrote_an_error, run_job
+from flyteplugins.rootcause.simulation.job import JobSpec, run_job
 from flyteplugins.rootcause.straggler import Flyte2StragglerFrontEnd, read_published_report
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
 from rootcause_engine.straggler.settings import StragglerConfigError
 from rootcause_engine.worker.recorder import refuses_retry
+from tests.flyte2.succeeded_jobs import assert_only_the_pod_without_rank_0_wrote_an_error
 
 
 def _report(*verdicts: str) -> StragglerReport:
