@@ -101,9 +101,10 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                     if diagnosis is None:
                         raise
                     raise await self._raised(launch, diagnosis, straggler_file) from None
-                if self.report and launch.restarts():
+                restarts = launch.restarts()
+                if self.report and restarts:
                     self._add_straggler_tab(straggler_file)
-                    await publish_restarts(launch.restarts())
+                    await publish_restarts(restarts)
             result = out.get(0)  # rank 0 returns the task's output
             await self.post(result)
         return result
