@@ -15,7 +15,10 @@ its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint,
    ``error.pb`` per action, written by every pod, so every pod raises the same exception
    (:mod:`.errors`), non-recoverable where the root cause is by Flyte 2's rule (its exception is a
    ``NonRecoverableError``; anything else is retried, as for any Flyte 2 task); the timeline goes to the report when
-   the task enables one.
+   the task enables one;
+4. on success rank 0's pod returns rank 0's value, and a pod without rank 0 writes nothing
+   (:func:`flyteplugins.rootcause.upstream.leave_outputs_to_rank_0`): upstream's ``None`` there
+   fails the output's type check and the action with it.
 
 ``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
 there to observe); :mod:`flyteplugins.rootcause.simulation` runs the real launch through ``a0``.
@@ -44,7 +47,7 @@ from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
 from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
-from flyteplugins.rootcause.upstream import check_flyte, upload_error_document
+from flyteplugins.rootcause.upstream import check_flyte, leave_outputs_to_rank_0, upload_error_document
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
@@ -105,7 +108,8 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                 if self.report and restarts:
                     self._add_straggler_tab(straggler_file)
                     await publish_restarts(restarts)
-            result = out.get(0)  # rank 0 returns the task's output
+            # rank 0 returns the task's output; a pod without it leaves outputs.pb to rank 0's
+            result = out[0] if 0 in out else leave_outputs_to_rank_0(out)
             await self.post(result)
         return result
 

@@ -18,7 +18,7 @@ from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
 from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
 from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from rootcause_engine.simulation.faults import Fault, FaultKind
-from tests.flyte2_tasks import hung_agent
+from tests.flyte2_tasks import hung_agent, rank_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +79,17 @@ def test_the_watchdog_ends_a_hung_agent_s_pod_and_writes_the_root_cause_to_error
     assert first_line.startswith("[root cause] rank 1 ") and "ValueError: root cause on rank 1" in first_line, logs
     assert "the agent watchdog ended the pod" in document.error.message, logs
     assert (document.error.code, document.error.kind) == (ERROR_CODE, execution_pb2.ContainerError.RECOVERABLE)
+
+
+def test_a_succeeded_job_s_output_is_rank_0_s_and_no_pod_writes_an_error(tmp_path: Path) -> None:
+    """Each rank returns its own value: the action's ``outputs.pb`` holds rank 0's, and the pod without
+    rank 0 writes no ``error.pb`` (upstream's ``Elastic`` returns ``None`` there, which fails the
+    output's type check and fails the action)."""
+    spec = JobSpec(task=rank_outputs.each_rank_returns_its_own, nnodes=2, nproc_per_node=1,
+                   root=tmp_path / "bucket", timeout_s=120)
+    result = run_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out and [pod.returncode for pod in result.pods] == [0, 0], logs
+    assert result.error_pb == "missing", logs
+    assert result.output == rank_outputs.BASE, logs
+    assert not any("DataValidationError" in pod.log_path.read_text() for pod in result.pods), logs
