@@ -1,16 +1,22 @@
-"""The checks every front-end's config gets before any launch: the root-cause settings the engine reads.
+"""The root-cause settings both front-ends' configs carry, and the checks they get before any launch.
 
-Both flavours' ``ElasticRootCause`` (flytekit's and Flyte 2's) carry the same root-cause fields on
-top of their own ``Elastic``; a bad value must fail when the config is built, with a message that
-says what to change, never later inside a pod. Each front-end calls :func:`check_settings` from its
-config's ``__post_init__`` and checks its own ``Elastic``'s fields itself.
+Both flavours' ``ElasticRootCause`` (flytekit's and Flyte 2's) add the same root-cause fields to their
+own ``Elastic``: they are declared once here (:class:`RootCauseSettings`, keyword-only so that
+``Elastic``'s positional arguments keep their places) and each config inherits them. A bad value
+must fail when the config is built, with a message that says what to change, never later inside a
+pod: :meth:`RootCauseSettings.__post_init__` runs :func:`check_settings` and the straggler check's
+validation; each front-end checks its own ``Elastic``'s fields itself.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S, liveness_problem
+
+if TYPE_CHECKING:
+    from rootcause_engine.straggler.settings import StragglerCheck
 
 # The defaults of the root-cause settings, the same in both flavours' ``ElasticRootCause``.
 
@@ -54,6 +60,65 @@ RESTART_POLICIES = ("hard", "soft")
 
 #: torch's NCCL error-handling mode that ends the process without aborting (SkipCleanUp).
 _NCCL_SKIP_CLEAN_UP = 3
+
+
+@dataclass(kw_only=True)
+class RootCauseSettings:
+    """The root-cause fields of both flavours' ``ElasticRootCause`` (a config inherits them with its
+    ``Elastic``: ``class ElasticRootCause(RootCauseSettings, Elastic)``).
+
+    Args:
+        teardown_grace_s: seconds the surviving workers get between SIGTERM and SIGKILL.
+        straggler_check: optional ``StragglerCheck`` run by every worker inside the launch before the
+            user's function (``docs/straggler.md``).
+        agent_watchdog: end a hung agent only after writing the root cause, in place of a silent
+            exit (``docs/teardown_watchdog.md``).
+        agent_watchdog_interval_s: seconds between the watchdog's checks.
+        agent_hang_timeout_s: seconds the agent may go without finishing after a worker failed.
+        collective_timeout_s: default timeout of process groups created without an explicit
+            ``timeout``, on every backend (``None``: torch's default, 10 min for NCCL and 30 min for
+            other backends).
+        unbuffered_output: ``PYTHONUNBUFFERED=1`` if unset, so a killed worker's last lines reach the log.
+        hang_probe: before tearing live workers down after a collective timeout, ask each for its
+            stacks and its last collective (``docs/hung_ranks.md``), so a rank that hung is named.
+        flight_recorder_entries: ``TORCH_FR_BUFFER_SIZE`` if the pod sets neither it nor
+            ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (``None``: leave torch's default): torch's Flight
+            Recorder, which numbers the collectives each rank entered (gloo and NCCL; CUDA builds
+            keep 2000 NCCL entries by default).
+        restart_policy: ``"hard"`` (torch's: any failure restarts every worker of the job) or ``"soft"``
+            (the soft-restart RFC: only the failed node's workers restart, the others keep their
+            processes and pause while the job scales down and up again; ``docs/soft_restarts.md``).
+            ``"soft"`` needs ``nnodes`` as a range ``"min:max"`` and ``max_restarts >= 1``.
+        soft_restart_timeout_s: how long a soft world change may take (members arriving, a restarted
+            node's workers initialising).
+        lost_after_s: how long a peer pod may send no heartbeat while the job is healthy before it is
+            declared lost (a frozen node, a partition: ``docs/frozen_pods.md``); ``None``: no such watch.
+        heartbeat_interval_s: how often each pod's agent beats (and reads its watched peer's beat);
+            ``lost_after_s`` must span at least four beats. A longer interval lowers the rendezvous
+            store's load at a thousand pods and more.
+    """
+
+    teardown_grace_s: float = DEFAULT_TEARDOWN_GRACE_S
+    straggler_check: StragglerCheck | None = None
+    agent_watchdog: bool = True
+    agent_watchdog_interval_s: float = DEFAULT_AGENT_WATCHDOG_INTERVAL_S
+    agent_hang_timeout_s: float = DEFAULT_AGENT_HANG_TIMEOUT_S
+    collective_timeout_s: float | None = None
+    unbuffered_output: bool = True
+    hang_probe: bool = True
+    flight_recorder_entries: int | None = DEFAULT_FLIGHT_RECORDER_ENTRIES
+    restart_policy: str = "hard"
+    soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
+    lost_after_s: float | None = DEFAULT_LOST_AFTER_S
+    heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        """Refuse settings no launch could use; a front-end checks its own fields first, then calls this."""
+        check_settings(self)
+        if self.straggler_check is not None:
+            from rootcause_engine.straggler.settings import validate_for_task  # the check's module, on demand
+
+            validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)  # type: ignore[attr-defined]
 
 
 def check_settings(config: Any) -> None:
