@@ -8,9 +8,10 @@ relative to the folder ``pyflyte`` runs in), with a registry the cluster can pul
 
 What goes in, as in the Dockerfile: torch pinned (``TORCH_VERSION``; PyPI's Linux wheel is the
 CUDA build, so the image runs on GPU nodes; ``TORCH_INDEX`` picks another index, the CPU one for
-CPU-only clusters), then the reader's and the engine's distributions and the plugin, built from the repository
-inside the image, which puts ``pyflyte-rootcause-execute`` (the entrypoint ``ElasticRootCause``
-and ``StragglerPrecheck`` tasks name in their container args) and ``rootcause-reader`` on PATH.
+CPU-only clusters), then the reader's and the engine's distributions and the plugin's two flavours,
+built from the repository inside the image, which puts ``pyflyte-rootcause-execute`` (the
+entrypoint ``ElasticRootCause`` and ``StragglerPrecheck`` tasks name in their container args),
+``rootcause-reader`` and Flyte 2's ``a0`` on PATH.
 ``tests/test_task_image.py`` checks that it copies what the Dockerfile copies and that the
 install it runs gives the same console scripts.
 """
@@ -27,7 +28,7 @@ TORCH_VERSION = os.environ.get("TORCH_VERSION", "2.13.0")
 #: Dockerfile's ``ARG TORCH_INDEX``); unset: PyPI's wheel, with CUDA.
 TORCH_INDEX = os.environ.get("TORCH_INDEX")
 
-#: The repository paths the image builds the two distributions from (the Dockerfile's COPY lines).
+#: The repository paths the image builds the distributions from (the Dockerfile's COPY lines).
 REPOSITORY_PATHS = [
     "setup.cfg",
     "pyproject.toml",
@@ -36,13 +37,17 @@ REPOSITORY_PATHS = [
     "rootcause_engine",
     "backend_reader",
     "docs/backend_reader.md",
+    "flyteplugins",
     "distributions",
     "flytekitplugins_rootcause",
 ]
 
 #: The install step, run in the image after the copies land under /root. ``uv`` is the installer
 #: flytekit's image builder provides to commands; it installs into the image's Python.
-INSTALL_COMMAND = "uv pip install /root/distributions/backend-reader /root/distributions/rootcause-engine /root"
+INSTALL_COMMAND = (
+    "uv pip install /root/distributions/backend-reader /root/distributions/rootcause-engine /root"
+    " /root/distributions/flyteplugins-rootcause"
+)
 
 
 def rootcause_image(registry: str | None = None, name: str = "flytekitplugins-rootcause") -> ImageSpec:

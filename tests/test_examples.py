@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from flyteidl2.core import execution_pb2
 
 from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, run_job
+from flyteplugins.rootcause.simulation.job import JobSpec as Flyte2JobSpec
+from flyteplugins.rootcause.simulation.job import run_job as run_flyte2_job
+from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 
@@ -72,3 +76,29 @@ def test_soft_restart_example_keeps_its_survivors_with_two_pods(
     assert "declaring it lost" not in logs[failed] + logs[survivor], where
     loss = read_outputs(file_store, result.output_prefix).literals["o0"].scalar.primitive.float_value
     assert loss < 1.0, where
+
+
+@pytest.mark.slow
+def test_flyte2_training_example_names_the_killed_rank_in_error_pb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Flyte 2 example as a 2-pod job, every pod the real ``a0``: rank 3 is SIGKILLed (as the OOM
+    killer ends a worker); the action's one ``error.pb`` names it, its pod and its signal first,
+    retryable, and the report shows the timeline."""
+    monkeypatch.setenv("EXAMPLE_NNODES", "2")  # read when the example is imported, here and in each pod
+    monkeypatch.delenv("ROOTCAUSE_REGISTRY", raising=False)
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.delitem(sys.modules, "examples.flyte2_training", raising=False)
+    example = importlib.import_module("examples.flyte2_training")
+    spec = Flyte2JobSpec(task=example.train, nnodes=2, nproc_per_node=2, root=tmp_path / "bucket",
+                         inputs={"fail_rank": 3, "fault": "oom_kill"}, timeout_s=180)
+    result = run_flyte2_job(spec, work_dir=tmp_path / "pods")
+    where = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out, where
+    document = result.error_document
+    assert document is not None, where
+    first_line = document.error.message.splitlines()[0]
+    assert rootcause_verdict(document.error.message) == (result.placement[3][0], 3), (first_line, where)
+    assert "SIGKILL" in first_line, where
+    assert document.error.kind == execution_pb2.ContainerError.RECOVERABLE, where
+    assert "Failure timeline" in (result.output_prefix / "report.html").read_text(), where

@@ -11,6 +11,7 @@ copies and install step replayed the same way.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from flyte.models import SerializationContext
 from flytekit.image_spec.default_builder import create_docker_context
 
 from flytekitplugins_rootcause.simulation.pytorchjob import container_args, serialize
@@ -28,8 +30,12 @@ from testbed.dockerfile_replay import DockerfileReplay, DockerIgnore, ReplayErro
 from tests.elastic_tasks import serialization
 
 REPO = Path(__file__).resolve().parents[1]
-DISTRIBUTIONS = ("flytekitplugins-rootcause", "flyte-rootcause-reader")
-OUR_PACKAGES = ("flytekitplugins_rootcause", "rootcause_engine", "backend_reader", "rootcause_core")
+DISTRIBUTIONS = ("flytekitplugins-rootcause", "flyte-rootcause-reader", "flyteplugins-rootcause")
+OUR_PACKAGES = (
+    "flytekitplugins_rootcause", "rootcause_engine", "backend_reader", "rootcause_core", "flyteplugins.rootcause"
+)
+#: Flyte 2's runtime entrypoint, which every Flyte 2 task's container args name.
+FLYTE2_ENTRYPOINT = "a0"
 
 sys.path.insert(0, str(REPO / "examples"))
 import image_spec  # noqa: E402  (examples/ is not a package: pyflyte puts its folder on sys.path too)
@@ -75,7 +81,8 @@ def dockerfile_image(tmp_path_factory: pytest.TempPathFactory) -> DockerfileRepl
 
 @pytest.mark.slow
 def test_the_dockerfile_builds_an_image_whose_console_scripts_run(dockerfile_image: DockerfileReplay) -> None:
-    for script, says in ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read")):
+    scripts = ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read"), (FLYTE2_ENTRYPOINT, "--resolver"))
+    for script, says in scripts:
         completed = _run_in_image(dockerfile_image, script, "--help")
         assert completed.returncode == 0, completed.stderr
         assert says in completed.stdout
@@ -103,6 +110,23 @@ def test_task_types_run_an_entrypoint_the_image_has(dockerfile_image: Dockerfile
     args = container_args(serialize(entity))
     assert args[0] == PATCHED_ENTRYPOINT
     assert (_image_bin(dockerfile_image) / args[0]).exists()
+
+
+@pytest.mark.slow
+def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
+    dockerfile_image: DockerfileReplay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Flyte 2 example builds the repository's ``Dockerfile`` (``flyte.Image.from_dockerfile``)
+    when given a registry, and its task runs ``a0``, which the replayed image has."""
+    monkeypatch.setenv("ROOTCAUSE_REGISTRY", "localhost:30000")
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.delitem(sys.modules, "examples.flyte2_training", raising=False)
+    example = importlib.import_module("examples.flyte2_training")
+    image = example.env.image
+    assert Path(image.dockerfile) == REPO / "Dockerfile" and image.registry == "localhost:30000"
+    args = example.train.container_args(SerializationContext(version="v1", root_dir=REPO))
+    assert args[0] == FLYTE2_ENTRYPOINT and (_image_bin(dockerfile_image) / args[0]).exists()
+    assert "examples.flyte2_training" in args  # the module a pod loads the task from, under the image's /root
 
 
 @pytest.mark.slow

@@ -15,12 +15,15 @@ Each pod runs in its own session, so a timeout kills it with all its workers.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
+from flyte._internal.runtime.convert import convert_from_native_to_inputs
 from flyte._task import TaskTemplate
 from flyte.models import SerializationContext
 from flyteidl2.core import execution_pb2
@@ -58,6 +61,8 @@ class JobSpec:
     fault: Fault | None = None
     timeout_s: float = 240.0
     pod_name_prefix: str = "train-worker"
+    #: the task's inputs by name (the others take their defaults), as ``flyte run`` passes them
+    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +116,14 @@ def container_args(task: TaskTemplate, values: dict[str, str]) -> list[str]:
     return [values.get(arg, arg) for arg in args]
 
 
+def inputs_of(spec: JobSpec) -> common_pb2.Inputs:
+    """The action's ``inputs.pb``: ``spec.inputs`` converted as Flyte 2 converts a run's arguments."""
+    if not spec.inputs:
+        return common_pb2.Inputs()
+    converted = asyncio.run(convert_from_native_to_inputs(spec.task.native_interface, **spec.inputs))
+    return converted.proto_inputs
+
+
 def pod_name(spec: JobSpec, index: int) -> str:
     return f"{spec.pod_name_prefix}-{index}"
 
@@ -124,7 +137,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     for folder in (output_prefix, sim_dir, base / "raw"):
         folder.mkdir(parents=True, exist_ok=True)
     inputs = base / "inputs.pb"
-    inputs.write_bytes(common_pb2.Inputs().SerializeToString())  # the simulated tasks take their defaults
+    inputs.write_bytes(inputs_of(spec).SerializeToString())
     args = container_args(
         spec.task,
         {
