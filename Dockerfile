@@ -28,7 +28,8 @@ COPY docs/backend_reader.md ./docs/backend_reader.md
 COPY flyteplugins ./flyteplugins
 COPY distributions ./distributions
 RUN pip install ./distributions/backend-reader ./distributions/rootcause-engine . ./distributions/flyteplugins-rootcause \
-    && command -v pyflyte-rootcause-execute && command -v rootcause-reader && command -v a0
+    && command -v pyflyte-rootcause-execute && command -v rootcause-reader \
+    && python -c "import flyteplugins.rootcause, flyteplugins.pytorch"
 
 # Your workflow code (pyflyte --remote uploads it with fast registration; copy it for a baked image).
 COPY examples ./examples

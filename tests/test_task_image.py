@@ -60,6 +60,21 @@ def _run_in_image(replay: DockerfileReplay, *command: str) -> subprocess.Complet
     )
 
 
+def _run_upstream_script(replay: DockerfileReplay, name: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """An upstream console script (``a0``, flyte's) as the image's Python finds it: by its entry point.
+
+    The replay borrows the requirements from the test environment instead of installing them, so
+    the image's ``bin`` holds only our distributions' scripts; a real build installs flyte and its
+    ``a0`` there. What the image must get right is that its Python finds and runs the entry point.
+    """
+    script = (
+        "import sys\nfrom importlib.metadata import entry_points\n"
+        f"(point,) = entry_points(group='console_scripts', name={name!r})\n"
+        f"sys.argv = [{name!r}, *sys.argv[1:]]\nsys.exit(point.load()())\n"
+    )
+    return _run_in_image(replay, str(_image_bin(replay) / "python"), "-c", script, *arguments)
+
+
 def _what_the_image_imports(replay: DockerfileReplay) -> dict:
     """Where the image's Python finds our packages, and our distributions' console scripts."""
     script = (
@@ -81,11 +96,12 @@ def dockerfile_image(tmp_path_factory: pytest.TempPathFactory) -> DockerfileRepl
 
 @pytest.mark.slow
 def test_the_dockerfile_builds_an_image_whose_console_scripts_run(dockerfile_image: DockerfileReplay) -> None:
-    scripts = ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read"), (FLYTE2_ENTRYPOINT, "--resolver"))
-    for script, says in scripts:
+    for script, says in ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read")):
         completed = _run_in_image(dockerfile_image, script, "--help")
         assert completed.returncode == 0, completed.stderr
         assert says in completed.stdout
+    completed = _run_upstream_script(dockerfile_image, FLYTE2_ENTRYPOINT, "--help")
+    assert completed.returncode == 0 and "--resolver" in completed.stdout, completed.stderr
     for package, path in _what_the_image_imports(dockerfile_image)["packages"].items():
         assert Path(path).is_relative_to(dockerfile_image.root), f"{package} came from {path}, not the image"
 
@@ -125,7 +141,8 @@ def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
     image = example.env.image
     assert Path(image.dockerfile) == REPO / "Dockerfile" and image.registry == "localhost:30000"
     args = example.train.container_args(SerializationContext(version="v1", root_dir=REPO))
-    assert args[0] == FLYTE2_ENTRYPOINT and (_image_bin(dockerfile_image) / args[0]).exists()
+    assert args[0] == FLYTE2_ENTRYPOINT
+    assert _run_upstream_script(dockerfile_image, args[0], "--help").returncode == 0
     assert "examples.flyte2_training" in args  # the module a pod loads the task from, under the image's /root
 
 
