@@ -35,15 +35,15 @@ From the workers' own logs:
 
 Every trial must succeed (all pods exit 0), or the benchmark stops with the pod logs kept.
 
-The hard runs set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with torch 2.13's shared rendezvous
-store, restarted workers of a multi-pod job read the previous attempt's stale keys and never finish
-``init_process_group`` (plain kfpytorch ``Elastic`` too), so without it hard restarts never recover.
+The hard runs get ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` from the plugin (a hard policy that
+restarts sets it): with torch 2.13's shared rendezvous store, restarted workers of a multi-pod job
+read the previous attempt's stale keys and never finish ``init_process_group`` (plain kfpytorch
+``Elastic`` too).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -94,21 +94,12 @@ def _run(case: str, policy: str, args: argparse.Namespace, work_dir: Path) -> tu
         inputs["loop"] = "rfc"
     if case == "ends":
         inputs.update(init_s=args.ends_init_s, steps=args.fail_step + args.ends_steps_after)
-    previous = os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
-    if policy == "hard":
-        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    try:
-        started = time.time()
-        spec = JobSpec(task=task, nnodes=2, nproc_per_node=2, store=StoreAccess(str(work_dir / "store")),
-                       inputs=inputs, timeout_s=300,
-                       reschedule_lost_after_s=RESCHEDULE_AFTER_S if case == "lost" else None)
-        result = run_job(spec, work_dir=work_dir)
-        total = max(pod.exited_ns for pod in result.pods) / 1e9 - started
-    finally:
-        if previous is None:
-            os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
-        else:
-            os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = previous
+    started = time.time()
+    spec = JobSpec(task=task, nnodes=2, nproc_per_node=2, store=StoreAccess(str(work_dir / "store")),
+                   inputs=inputs, timeout_s=300,
+                   reschedule_lost_after_s=RESCHEDULE_AFTER_S if case == "lost" else None)
+    result = run_job(spec, work_dir=work_dir)
+    total = max(pod.exited_ns for pod in result.pods) / 1e9 - started
     # a frozen pod never ends by itself: the simulator kills it once the others are done
     judged = [pod for pod in result.pods if not (case == "frozen" and pod.name == result.injected_worker)]
     if result.timed_out or any(pod.returncode != 0 for pod in judged):

@@ -209,6 +209,7 @@ class _EngineEnvironment:
     unbuffered_output: bool
     flight_recorder_entries: int | None
     restart_policy: str
+    max_restarts: int
 
     @classmethod
     def of(cls, config: ElasticRootCause) -> _EngineEnvironment:
@@ -219,6 +220,7 @@ class _EngineEnvironment:
             unbuffered_output=config.unbuffered_output,
             flight_recorder_entries=config.flight_recorder_entries,
             restart_policy=config.restart_policy,
+            max_restarts=config.max_restarts,
         )
 
 

@@ -39,6 +39,11 @@ NCCL_HEARTBEAT_TIMEOUT_VAR = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
 #: What the NCCL watchdog does on a failed or timed-out collective (1: abort comms, end process).
 NCCL_ASYNC_ERROR_HANDLING_VAR = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 OMP_NUM_THREADS_VAR = "OMP_NUM_THREADS"
+#: ``1``: workers get a store of their own, on the first rank's pod, in place of torch's shared
+#: rendezvous store. torch 2.13's hard restarts of a multi-pod job never finish
+#: ``init_process_group`` with the shared one (restarted workers read the previous attempt's keys;
+#: plain ``Elastic`` too, ``docs/soft_restarts.md``), so a hard policy that restarts sets it.
+UNSHARED_WORKER_STORE_VAR = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 PYTHONUNBUFFERED_VAR = "PYTHONUNBUFFERED"
 
 
@@ -69,6 +74,8 @@ def agent_environment(config: Any) -> dict[str, str]:
         wanted[PYTHONUNBUFFERED_VAR] = "1"
     if config.flight_recorder_entries is not None:
         wanted[FLIGHT_RECORDER_BUFFER_VAR] = str(int(config.flight_recorder_entries))
+    if config.restart_policy == "hard" and int(config.max_restarts) >= 1:
+        wanted[UNSHARED_WORKER_STORE_VAR] = "1"
     return wanted
 
 

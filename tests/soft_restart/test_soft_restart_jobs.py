@@ -9,6 +9,7 @@ named by both readers, without a restart. Under ``"hard"`` every worker restarts
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -192,12 +193,12 @@ def test_a_failure_that_is_not_recoverable_is_not_restarted_and_ends_the_job_wit
     assert all(len(processes) == 1 for processes in read_worker_logs(result.sim_dir).values()), logs
 
 
-def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectStore, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    # torch 2.13's shared rendezvous store keeps each restart's worker keys under /worker/attempt_<n>,
-    # and pods that restart at different moments read each other's stale keys: restarted workers then
-    # never finish init_process_group (plain kfpytorch Elastic too). Hard restarts work without it.
-    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectStore, tmp_path: Path) -> None:
+    """torch 2.13's shared rendezvous store keeps each restart's worker keys under /worker/attempt_<n>,
+    and pods that restart at different moments read each other's stale keys: restarted workers then
+    never finish init_process_group (plain kfpytorch Elastic too). A hard policy that restarts gives
+    the workers a store of their own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, set by the plugin)."""
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ
     result = _run(file_store, tmp_path, hard_train_2x2, 2, 2, fail_pod="train-worker-1", fail_local_rank=1,
                   fail_step=4)
     logs = f"pod logs in {result.sim_dir}"

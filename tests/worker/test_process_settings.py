@@ -30,6 +30,16 @@ def test_defaults_ask_for_every_setting() -> None:
     }
 
 
+def test_a_hard_policy_that_restarts_gives_workers_a_store_of_their_own() -> None:
+    """torch 2.13's hard restarts of a multi-pod job never finish ``init_process_group`` on the shared
+    rendezvous store; the soft policy needs that store (each world's process group meets there)."""
+    restarting = agent_environment(ElasticRootCause(nproc_per_node=1, max_restarts=2))
+    assert restarting["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in agent_environment(ElasticRootCause(nproc_per_node=1))
+    soft = ElasticRootCause(nnodes="1:2", nproc_per_node=1, max_restarts=2, restart_policy="soft")
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in agent_environment(soft)
+
+
 def test_each_setting_can_be_left_to_torch() -> None:
     config = ElasticRootCause(
         nproc_per_node=1,
