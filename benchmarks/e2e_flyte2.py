@@ -1,7 +1,8 @@
 """End-to-end accuracy on Flyte 2: the action's ``error.pb``, this plugin vs upstream ``flyteplugins.pytorch``.
 
 Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds raise,sigkill,vanish]
-[--nnodes 4] [--no-baseline]`` (default: every kind of ``benchmarks/fault_kinds.py``, 2 pods).
+[--nnodes 4] [--no-baseline] [--default-restarts]`` (default: every kind of
+``benchmarks/fault_kinds.py``, 2 pods, ``max_restarts=0``).
 
 Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers
 (``flyteplugins.rootcause.simulation``: every pod the real ``a0`` entrypoint, local folders as the
@@ -14,6 +15,10 @@ action's ``error.pb``, the one file Flyte 2's backend reads, whatever pod wrote 
   lists, and the pod the rendezvous gave that rank; a missing ``error.pb`` (a pod force-exited by
   the zombie watchdog writes none) or a torn one (pods writing different bytes to the one local
   file at once) is wrong, and counted as such.
+
+With ``--default-restarts`` (2 pods; the kinds that do not hang) both tasks keep ``Elastic``'s
+default ``max_restarts`` (3), which Flyte 2 users get unless they set it: every worker restarts three
+times, the fault recurring at its step in each attempt, and the job fails with its last attempt.
 
 A trial is correct when the named pod is the faulty one and the named rank the faulty rank (for a
 vanished or frozen pod, the pod alone). Printed per kind: the share correct and the median/p90 time
@@ -46,6 +51,12 @@ TASKS: dict[tuple[int, str], tuple[TaskTemplate, TaskTemplate]] = {
 }
 
 
+#: (plugin, baseline) tasks with ``Elastic``'s default ``max_restarts``, 2 pods.
+RESTARTING_TASKS = (training.train_2x2_restarting, training.train_2x2_elastic_restarting)
+#: Kinds that need a short collective timeout or a pod that never answers: not run with restarts.
+NOT_WITH_RESTARTS = ("init-hang", "freeze")
+
+
 def verdict(result: JobResult, ours: bool) -> Verdict:
     document = result.error_document
     if document is None:
@@ -59,8 +70,11 @@ def is_right(named: Verdict, result: JobResult, kind: str) -> bool:
     return worker == result.injected_worker and (kind in POD_ONLY_KINDS or rank == result.injected_rank)
 
 
-def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool) -> None:
-    plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
+def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, restarting: bool = False) -> None:
+    if restarting:
+        plugin_task, baseline_task = RESTARTING_TASKS
+    else:
+        plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
     runs = [("plugin", plugin_task)] + ([("baseline", baseline_task)] if baseline else [])
     outcomes: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     for trial in range(trials):
@@ -90,17 +104,25 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
     parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    parser.add_argument("--default-restarts", action="store_true",
+                        help="Elastic's default max_restarts (3) in place of 0; 2 pods, kinds that do not hang")
     args = parser.parse_args()
     unknown = [kind for kind in args.kinds.split(",") if kind not in KINDS]
     if unknown:
         parser.error(f"unknown fault kinds {unknown}; choose from {', '.join(KINDS)}")
+    if args.default_restarts:
+        hanging = [kind for kind in args.kinds.split(",") if kind.split("-")[0] == "hang" or kind in NOT_WITH_RESTARTS]
+        if args.nnodes != 2 or hanging:
+            parser.error(f"--default-restarts runs 2 pods and no hang or freeze kinds (asked: {hanging})")
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-flyte2-"))
-    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers through a0; the action's error.pb "
-          "names the faulty pod and rank; median/p90 fault -> all pods exited")
+    restarts = "Elastic's default max_restarts (3)" if args.default_restarts else "max_restarts=0"
+    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers through a0, {restarts}; the action's "
+          "error.pb names the faulty pod and rank; median/p90 fault -> all pods exited")
     print(f"{'fault':<20} {'ElasticRootCause (Flyte 2)':>42} {'flyteplugins.pytorch.Elastic':>42}")
     for kind in args.kinds.split(","):
-        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline)
+        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
+                 restarting=args.default_restarts)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Module-level tasks, one per job shape and config, because a pod loads its task by module and name
 (Flyte 2's default resolver), as on a cluster. Each shape has this plugin's task and upstream
 ``flyteplugins.pytorch.Elastic``'s on the same training, for the benchmark's side-by-side runs.
-``max_restarts=0``: a failure ends the job (what the accuracy runs measure), but for the soft-restart
-task, whose failure the job heals (``rootcause_engine.simulation.soft_training_loop``, with Flyte 2's
+``max_restarts=0``: a failure ends the job (what the accuracy runs measure), but for the tasks with
+``Elastic``'s default (3 restarts, the fault recurring in each attempt) and the soft-restart task,
+whose failure the job heals (``rootcause_engine.simulation.soft_training_loop``, with Flyte 2's
 exceptions: a plain one is retried, ``NonRecoverableError`` is not).
 """
 
@@ -28,6 +29,10 @@ rootcause_2x2 = _env("rootcause_2x2", ElasticRootCause(nnodes=2, nproc_per_node=
 elastic_2x2 = _env("elastic_2x2", Elastic(nnodes=2, nproc_per_node=2, max_restarts=0))
 rootcause_4x2 = _env("rootcause_4x2", ElasticRootCause(nnodes=4, nproc_per_node=2, max_restarts=0))
 elastic_4x2 = _env("elastic_4x2", Elastic(nnodes=4, nproc_per_node=2, max_restarts=0))
+#: The same 2 x 2 jobs with ``Elastic``'s default ``max_restarts`` (3): a failure restarts every
+#: worker three times before the job fails (the fault recurs at its step in every attempt).
+rootcause_2x2_restarting = _env("rootcause_2x2_restarting", ElasticRootCause(nnodes=2, nproc_per_node=2))
+elastic_2x2_restarting = _env("elastic_2x2_restarting", Elastic(nnodes=2, nproc_per_node=2))
 rootcause_2x1 = _env("rootcause_2x1", ElasticRootCause(nnodes=2, nproc_per_node=1, max_restarts=0))
 rootcause_checked_2x1 = _env(
     "rootcause_checked_2x1",
@@ -56,6 +61,16 @@ def train_2x2_elastic(steps: int = 8) -> float:
 @elastic_2x2.task
 def train_2x2_elastic_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@rootcause_2x2_restarting.task
+def train_2x2_restarting(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@elastic_2x2_restarting.task
+def train_2x2_elastic_restarting(steps: int = 8) -> float:
+    return run_training(steps)
 
 
 @rootcause_4x2.task
