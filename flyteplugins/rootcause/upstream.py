@@ -67,7 +67,10 @@ def leave_outputs_to_rank_0(results: dict[int, Any]) -> Any:
     check_flyte()
     from flyte.models import CLUSTERED_WORKER_ENV
 
-    first_rank = min(results, default=None)
     os.environ[CLUSTERED_WORKER_ENV] = "1"
-    os.environ["RANK"] = str(first_rank or 1)
-    return None if first_rank is None else results[first_rank]
+    if not results:  # no worker of this pod returned (none ran): nothing to convert either
+        os.environ["RANK"] = "1"
+        return None
+    first_rank = min(results)
+    os.environ["RANK"] = str(first_rank)
+    return results[first_rank]

@@ -36,3 +36,12 @@ def test_the_pod_returns_its_first_rank_s_value_and_the_runtime_writes_neither_f
     after = tmp_path / "after"
     after.mkdir()
     assert _uploads(after) == []
+
+
+def test_a_pod_none_of_whose_workers_returned_writes_nothing_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CLUSTERED_WORKER_ENV, raising=False)
+    monkeypatch.setenv("RANK", "0")
+    assert leave_outputs_to_rank_0({}) is None
+    assert _uploads(tmp_path) == []
