@@ -43,16 +43,25 @@ def train(steps: int = 200, fail_rank: int = -1, fail_step: int = 50) -> float:
             dist.broadcast(parameter.data, src=int(holder))
         return int(latest)
 
+    def enter_world(model: torch.nn.Module, step: int) -> tuple[soft_restart.WorkerInfo, int]:
+        """The next world, caught up. Its catch-up runs collectives too, and the world may change again
+        under them (a peer fails, or a pod joins right after): then it is the next world's turn."""
+        while True:
+            info = soft_restart.reinitialize()
+            try:
+                return info, sync(model, step)
+            except Exception as error:
+                if not soft_restart.is_peer_failure(error):
+                    raise
+
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)  # initialisation (model load) happens once per process, before a world
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    info = soft_restart.reinitialize()
-    step = sync(model, 0)
+    info, step = enter_world(model, 0)
     loss = torch.tensor(0.0)
     while step < steps:
         if soft_restart.world_changed():  # a node is joining: leave the world at a step boundary
-            info = soft_restart.reinitialize()
-            step = sync(model, step)
+            info, step = enter_world(model, step)
             continue
         # once, in the job's first world: after it, another worker may hold that rank at that step
         if info.rank == fail_rank and step == fail_step and info.world_version == 0:
@@ -68,8 +77,7 @@ def train(steps: int = 200, fail_rank: int = -1, fail_step: int = 50) -> float:
         except Exception as error:  # gloo raises a plain RuntimeError, NCCL a DistBackendError
             if not soft_restart.is_peer_failure(error):
                 raise  # this worker's own error
-            info = soft_restart.reinitialize()  # a peer failed: wait for the next world and catch up
-            step = sync(model, step)
+            info, step = enter_world(model, step)  # a peer failed: wait for the next world and catch up
             continue
         optimizer.step()
         step += 1

@@ -221,8 +221,17 @@ def _last_change() -> str:
 
 def _next_world(worlds: _Worlds, log: _Log, step: int, total: torch.Tensor) -> tuple[soft_restart.WorkerInfo, int,
                                                                                   torch.Tensor]:
-    info = worlds.enter()
-    step, total = _agree(step, total)
+    """The next world, agreed on the step: the agreement's collectives may meet a world change too (a
+    peer failing, or leaving for a scale-up, while this worker still syncs), which means the next one."""
+    while True:
+        info = worlds.enter()
+        try:
+            step, total = _agree(step, total)
+            break
+        except Exception as error:
+            log.write("collective_failed", step=step, error=str(error)[:200])
+            if not worlds.is_peer_failure(error):
+                raise
     log.write("world", version=info.world_version, rank=info.rank, world_size=info.world_size,
               change=_last_change() or None, step=step)
     return info, step, total
