@@ -4,7 +4,7 @@ Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,s
 [--nnodes 4] [--no-baseline]`` (default: all kinds, 2 pods, baseline included).
 
 Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers
-(``flytekitplugins_rootcause.simulation``) with one fault, twice:
+(``rootcause_harness.flytekit``) with one fault, twice:
 
 - **this plugin**: the ``ElasticRootCause`` task, started by ``pyflyte-rootcause-execute`` (its
   serialized container args), decided by ``backend_reader`` (strategy earliest, our rule) and, on
@@ -54,8 +54,9 @@ from flytekit.core.base_task import PythonTask
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
 from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
-from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import (
+from rootcause_core.roles import rank_from_report
+from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
+from rootcause_harness.flytekit.training import (
     train_2x2,
     train_2x2_elastic,
     train_2x2_elastic_short_timeout,
@@ -65,7 +66,6 @@ from flytekitplugins_rootcause.simulation.training import (
     train_4x2_elastic_short_timeout,
     train_4x2_short_timeout,
 )
-from rootcause_core.roles import rank_from_report
 
 #: What a reader decided: the pod it names, and the global rank its report names (None: no rank).
 Verdict = tuple[str | None, int | None]

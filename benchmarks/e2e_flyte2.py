@@ -5,7 +5,7 @@ Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds r
 ``benchmarks/fault_kinds.py``, 2 pods, ``max_restarts=0``).
 
 Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers
-(``flyteplugins.rootcause.simulation``: every pod the real ``a0`` entrypoint, local folders as the
+(``rootcause_harness.flyte2``: every pod the real ``a0`` entrypoint, local folders as the
 bucket, all pods writing the one output prefix of the action) with one fault, twice on the same
 fault: with this plugin's ``ElasticRootCause`` and with upstream ``Elastic``. What is judged is the
 action's ``error.pb``, the one file Flyte 2's backend reads, whatever pod wrote it last:
@@ -36,9 +36,9 @@ from pathlib import Path
 from flyte._task import TaskTemplate
 
 from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
-from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
-from flyteplugins.rootcause.simulation.verdict import Verdict, rootcause_verdict, upstream_verdict
+from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job
+from rootcause_harness.flyte2.verdict import Verdict, rootcause_verdict, upstream_verdict
 
 #: How long the baseline gets with a frozen pod.
 FREEZE_BASELINE_S = 60.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Communication, Fault, FaultKind
+from rootcause_harness.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Communication, Fault, FaultKind
 
 #: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
 KINDS: dict[str, tuple[FaultKind, float]] = {

@@ -4,7 +4,7 @@ Run by hand: ``.venv/bin/python -m benchmarks.soft_restart [--trials 10] [--init
 [--cases lost,frozen]``.
 
 Each trial runs the simulator's soft-restart training task (its loop:
-``rootcause_engine/simulation/soft_training_loop.py``; spawned workers as kfpytorch starts them:
+``rootcause_harness/soft_training_loop.py``; spawned workers as kfpytorch starts them:
 every worker sleeps ``--init-s`` first, standing in for loading a model, then trains ``--steps``
 steps of ``--step-s``). Two faults, at step ``--fail-step``:
 
@@ -51,13 +51,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.soft_training import (
+from rootcause_harness.faults import NOT_STORE_HOST_POD
+from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
+from rootcause_harness.flytekit.soft_training import (
     hard_train_2x2_spawned,
     soft_train_2x2_spawned,
 )
-from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
-from rootcause_engine.simulation.soft_training_loop import read_worker_logs
+from rootcause_harness.soft_training_loop import read_worker_logs
 
 RESCHEDULE_AFTER_S = 1.0
 #: (case, policy) pairs run per trial, in order

@@ -53,10 +53,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from flytekitplugins_rootcause.straggler.simulate import AgentOutcome, SimulatedCluster, pod_name_of, run_cluster
 from rootcause_engine.straggler.decision import OK, Decision, NodeTimes, decide
 from rootcause_engine.straggler.report import NodeResult, StragglerReport, report_from_dict
 from rootcause_engine.straggler.settings import StragglerCheck
+from rootcause_harness.flytekit.straggler_cluster import AgentOutcome, SimulatedCluster, pod_name_of, run_cluster
 
 SLOW_FACTOR = 1.5
 

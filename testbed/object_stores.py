@@ -26,7 +26,7 @@ from typing import Any
 import fsspec
 
 from backend_reader.filesystems import filesystem
-from rootcause_engine.simulation.loopback import free_port
+from rootcause_harness.loopback import free_port
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from rootcause_engine.simulation.loopback import bound_dns_waits
+from rootcause_harness.loopback import bound_dns_waits
 from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
 
 bound_dns_waits(os.environ)  # before any test starts a process: they all inherit it

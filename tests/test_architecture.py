@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins")
+PACKAGES = (
+    "rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins",
+    "rootcause_harness",
+)
+#: The development harness (simulated jobs, faults, demos): no shipped package may import it.
+HARNESS = "rootcause_harness"
 
 
 def module_files() -> Iterator[tuple[str, Path]]:
@@ -90,10 +95,10 @@ def test_no_import_circle_between_modules() -> None:
 # (the importing folder, what it may not import, except these modules)
 RULES = [
     ("rootcause_core",
-     ("backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"), ()),
-    ("backend_reader", ("rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"), ()),
-    # the engine runs in the agent and the workers of any front-end: no front-end, no reader
-    ("rootcause_engine", ("flytekitplugins_rootcause", "flyteplugins.rootcause", "backend_reader"), ()),
+     ("backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause", HARNESS), ()),
+    ("backend_reader", ("rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause", HARNESS), ()),
+    # the engine runs in the agent and the workers of any front-end: no front-end, no reader, no harness
+    ("rootcause_engine", ("flytekitplugins_rootcause", "flyteplugins.rootcause", "backend_reader", HARNESS), ()),
     ("rootcause_engine.worker", ("rootcause_engine.agent",), ()),
     # the soft-restart API runs in workers: the same rule as the worker folder
     ("rootcause_engine.soft_restart", ("rootcause_engine.agent",), ()),
@@ -110,8 +115,12 @@ RULES = [
      ("rootcause_engine.agent.failure_sink",)),
     ("flytekitplugins_rootcause.config", ("flytekitplugins_rootcause.task",), ()),
     # the two front-ends stand on the engine side by side; neither imports the other, nor the reader
-    ("flytekitplugins_rootcause", ("flyteplugins.rootcause",), ()),
-    ("flyteplugins.rootcause", ("flytekitplugins_rootcause", "backend_reader"), ()),
+    ("flytekitplugins_rootcause", ("flyteplugins.rootcause", HARNESS), ()),
+    ("flyteplugins.rootcause", ("flytekitplugins_rootcause", "backend_reader", HARNESS), ()),
+    # the harness: each flavour's simulator and demo stands on its own front-end only (what both
+    # share is Flyte-free: test_the_shared_harness_imports_no_front_end)
+    ("rootcause_harness.flytekit", ("flyteplugins.rootcause", "rootcause_harness.flyte2"), ()),
+    ("rootcause_harness.flyte2", ("flytekitplugins_rootcause", "backend_reader", "rootcause_harness.flytekit"), ()),
     ("flyteplugins.rootcause.config", ("flyteplugins.rootcause.task",), ()),
     ("flyteplugins.rootcause.upstream",
      ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"),
@@ -120,8 +129,7 @@ RULES = [
     # (the rendezvous host, the store keepers), not the root-cause task, its entrypoint or its Deck
     ("flytekitplugins_rootcause.straggler",
      ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck",
-      "flytekitplugins_rootcause.exceptions", "flytekitplugins_rootcause.simulation"),
-     ("rootcause_engine.simulation.loopback",)),
+      "flytekitplugins_rootcause.exceptions"), ()),
 ]
 
 
@@ -149,19 +157,21 @@ ROOMS = {
     "rootcause_engine.soft_restart": "rootcause_engine.soft_restart",
     "rootcause_engine.distributed": "rootcause_engine",
     "rootcause_engine.settings": "rootcause_engine",
-    # what both flavours' simulated jobs share (faults, training loop, pods): engine rules
-    "rootcause_engine.simulation": "rootcause_engine",
+
     "flytekitplugins_rootcause.upstream": "flytekitplugins_rootcause.upstream",
     "flytekitplugins_rootcause.entrypoint": "flytekitplugins_rootcause.entrypoint",
     "flytekitplugins_rootcause.config": "flytekitplugins_rootcause.config",
     "flytekitplugins_rootcause.straggler": "flytekitplugins_rootcause.straggler",
     # the front-end's top level and local-run code: anything above them, nothing imports them back
     "flytekitplugins_rootcause": None,
-    "flytekitplugins_rootcause.simulation": None,
-    # Flyte 2's front-end: config, task, errors, report, its seam, its simulation and demo
+    # Flyte 2's front-end: config, task, errors, report, its seam
     "flyteplugins.rootcause": "flyteplugins.rootcause",
     "flyteplugins.rootcause.config": "flyteplugins.rootcause.config",
     "flyteplugins.rootcause.upstream": "flyteplugins.rootcause.upstream",
+    # the development harness: what both simulators share, and each flavour's simulator and demo
+    HARNESS: None,  # its own test: test_the_shared_harness_imports_no_front_end
+    "rootcause_harness.flytekit": "rootcause_harness.flytekit",
+    "rootcause_harness.flyte2": "rootcause_harness.flyte2",
 }
 
 
@@ -178,14 +188,14 @@ def test_every_module_is_in_a_room_the_rules_know() -> None:
     assert {rule for rule in ROOMS.values() if rule is not None} <= ruled
 
 
-def test_nothing_imports_the_front_end_s_top_level_or_its_simulation_back() -> None:
-    """The task, its exceptions and its Deck are the front-end's last step; the simulation is local-run
-    code. Of the front-end, only the front-end's own top level and simulation may import them."""
-    tops = ("flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck", "flytekitplugins_rootcause.demo")
+def test_nothing_imports_the_front_end_s_top_level_or_the_demo_back() -> None:
+    """The task, its exceptions and its Deck are the front-end's last step; the demo is local-run
+    code. Only the front-end's own top level and its simulator may import them."""
+    tops = ("flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck", "rootcause_harness.flytekit.demo")
     broken = sorted(
         f"{name} -> {target}"
         for name in GRAPH
-        if room_of(name) not in ("flytekitplugins_rootcause", "flytekitplugins_rootcause.simulation")
+        if room_of(name) not in ("flytekitplugins_rootcause", "rootcause_harness.flytekit")
         for target in edges(name)
         if inside(target, *tops)
     )
@@ -193,6 +203,22 @@ def test_nothing_imports_the_front_end_s_top_level_or_its_simulation_back() -> N
 
 
 FRONT_ENDS = ("flytekit", "flytekitplugins", "flyte", "flyteplugins", "flyteidl", "flyteidl2")
+
+
+def test_the_shared_harness_imports_no_front_end() -> None:
+    """What both flavours' simulators share (pods, faults, training loops, the operator) is Flyte-free:
+    only ``rootcause_harness.flytekit`` and ``rootcause_harness.flyte2`` know their front-end."""
+    flavours = ("rootcause_harness.flytekit", "rootcause_harness.flyte2")
+    shared = [name for name in GRAPH if inside(name, HARNESS) and not inside(name, *flavours)]
+    assert shared
+    broken = sorted(
+        f"{name} -> {target}"
+        for name in shared
+        for target in edges(name)
+        if inside(target, "flytekitplugins_rootcause", "flyteplugins.rootcause", *flavours)
+    )
+    broken += [entry for entry in outside_imports(HARNESS, FRONT_ENDS) if entry.split(" -> ")[0] in shared]
+    assert not broken, broken
 
 
 def test_the_engine_imports_no_front_end_in_its_source() -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from flyteidl2.core import execution_pb2
 
-from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, run_job
-from flyteplugins.rootcause.simulation.job import JobSpec as Flyte2JobSpec
-from flyteplugins.rootcause.simulation.job import run_job as run_flyte2_job
-from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
+from rootcause_harness.flyte2.job import JobSpec as Flyte2JobSpec
+from rootcause_harness.flyte2.job import run_job as run_flyte2_job
+from rootcause_harness.flyte2.verdict import rootcause_verdict
+from rootcause_harness.flytekit.job import JobSpec, StoreAccess, run_job
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 

@@ -24,8 +24,8 @@ import pytest
 from flyte.models import SerializationContext
 from flytekit.image_spec.default_builder import create_docker_context
 
-from flytekitplugins_rootcause.simulation.pytorchjob import container_args, serialize
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from rootcause_harness.flytekit.job import container_args, serialize
 from testbed.dockerfile_replay import DockerfileReplay, DockerIgnore, ReplayError, build_arguments, parse_dockerfile
 from tests.elastic_tasks import serialization
 

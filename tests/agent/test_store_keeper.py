@@ -25,7 +25,7 @@ from torch.distributed import TCPStore
 from rootcause_engine.agent import store_keeper
 from rootcause_engine.agent.rendezvous_host import process_listens_on
 from rootcause_engine.agent.store_keeper import bind_listener, keeps_rendezvous_store, stores_kept
-from rootcause_engine.simulation.loopback import bound_dns_waits, free_port
+from rootcause_harness.loopback import bound_dns_waits, free_port
 
 #: Generous on a busy machine; every wait below ends as soon as what it waits for is true.
 PATIENCE_S = 60.0

@@ -1,6 +1,6 @@
 """The simulator's training loop as tasks whose workers start forked, for the PyTorchJob tests.
 
-The product's own tasks (``flytekitplugins_rootcause.simulation.training``) spawn their workers, as
+The product's own tasks (``rootcause_harness.flytekit.training``) spawn their workers, as
 kfpytorch does by default; the README demo and ``benchmarks/e2e.py`` run those. A spawned worker
 imports torch, flytekit and kfpytorch again (about 3.5 s of CPU here), so a 2-pod x 2-worker job
 costs six interpreter start-ups; forked workers start with what their pod's agent imported, which
@@ -16,7 +16,7 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from rootcause_engine.simulation.training_loop import (
+from rootcause_harness.training_loop import (
     SHORT_COLLECTIVE_TIMEOUT_S,
     SHORT_INIT_TIMEOUT_S,
     run_training,

@@ -18,7 +18,7 @@ from pathlib import Path
 from flyteidl.core import errors_pb2, literals_pb2
 from flytekit.models import literals
 
-from flytekitplugins_rootcause.simulation.pytorchjob import StoreAccess
+from rootcause_harness.flytekit.job import StoreAccess
 from testbed.object_stores import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

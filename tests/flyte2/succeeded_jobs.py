@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flyteplugins.rootcause.simulation.job import JobResult
+from rootcause_harness.flyte2.job import JobResult
 
 
 def assert_no_pod_wrote_an_error(result: JobResult) -> None:

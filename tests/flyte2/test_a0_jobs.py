@@ -1,5 +1,5 @@
 """Real Flyte 2 jobs on this machine: every pod the real ``a0`` entrypoint, spawned gloo workers on
-loopback, local folders as the bucket (``flyteplugins.rootcause.simulation``); what is checked is the
+loopback, local folders as the bucket (``rootcause_harness.flyte2``); what is checked is the
 action's one ``error.pb``, as Flyte 2's backend reads it."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 from flyteidl2.core import execution_pb2
 
 from flyteplugins.rootcause.errors import ERROR_CODE
-from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobResult, JobSpec, run_job
-from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
 from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
-from rootcause_engine.simulation.faults import Fault, FaultKind
+from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job
+from rootcause_harness.flyte2.verdict import rootcause_verdict
 from tests.flyte2_tasks import hung_agent, rank_outputs
 
 pytestmark = pytest.mark.slow

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from flyteplugins.rootcause.simulation.verdict import rootcause_verdict
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.roles import rank_from_report
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.selection import RetryRule
+from rootcause_harness.flyte2.verdict import rootcause_verdict
 
 S = 1_000_000_000
 T0 = 1_795_000_000 * S

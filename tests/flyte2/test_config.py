@@ -12,7 +12,7 @@ from flyteplugins.pytorch import Elastic
 from flyteplugins.pytorch.task import RunPolicy, TorchFunctionTask
 
 from flyteplugins.rootcause import ElasticRootCause, RootCauseTorchFunctionTask
-from flyteplugins.rootcause.simulation import training
+from rootcause_harness.flyte2 import training
 
 CONTEXT = SerializationContext(version="v1", root_dir=pathlib.Path(__file__).resolve().parents[2])
 

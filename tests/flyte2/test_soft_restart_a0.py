@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, run_job
-from rootcause_engine.simulation.soft_training_loop import read_worker_logs
+from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.job import JobSpec, run_job
+from rootcause_harness.soft_training_loop import read_worker_logs
 from tests.flyte2.succeeded_jobs import assert_no_pod_wrote_an_error
 
 pytestmark = pytest.mark.slow

@@ -9,12 +9,12 @@ import pytest
 from flyte.errors import NonRecoverableError
 
 from flyteplugins.rootcause import ElasticRootCause, StragglerCheck, StragglerDetectedError
-from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, run_job
 from flyteplugins.rootcause.straggler import Flyte2StragglerFrontEnd, read_published_report
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
 from rootcause_engine.straggler.settings import StragglerConfigError
 from rootcause_engine.worker.recorder import refuses_retry
+from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.job import JobSpec, run_job
 from tests.flyte2.succeeded_jobs import assert_no_pod_wrote_an_error
 
 

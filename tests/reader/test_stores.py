@@ -25,7 +25,7 @@ from backend_reader.documents import listing_key_for
 from backend_reader.results import ERROR_FILE_NOT_FOUND
 from backend_reader.storage import RetryPolicy, Storage
 from rootcause_core.error_files import keyed_file_name
-from rootcause_engine.simulation.loopback import free_port
+from rootcause_harness.loopback import free_port
 from testbed.object_stores import ObjectStore
 from testbed.reader_support import (
     BASE_NS,

@@ -28,10 +28,8 @@ from flytekit.core.base_task import PythonTask
 from backend_reader import RemoteFileOutputReader
 from backend_reader.documents import FailureRecord
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2
 from rootcause_core.ordering import Role
-from rootcause_engine.simulation.faults import (
+from rootcause_harness.faults import (
     BEFORE_INIT,
     NOT_STORE_HOST_POD,
     STORE_HOST_POD,
@@ -39,6 +37,8 @@ from rootcause_engine.simulation.faults import (
     Fault,
     FaultKind,
 )
+from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
+from rootcause_harness.flytekit.training import train_2x2
 from testbed.object_stores import ObjectStore
 from tests.elastic_tasks.forked_training import (
     forked_train_2x1,

@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-from rootcause_engine.simulation.loopback import (
+from rootcause_harness.loopback import (
     LOOPBACK_RESOLVER_OPTIONS,
     RESOLVER_OPTIONS_VARIABLE,
     bound_dns_waits,
 )
-from rootcause_engine.simulation.pods import base_env
+from rootcause_harness.pods import base_env
 
 
 def test_an_environment_without_resolver_options_gets_the_loopback_bound() -> None:

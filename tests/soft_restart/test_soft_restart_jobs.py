@@ -18,17 +18,17 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
-from flytekitplugins_rootcause.simulation.pytorchjob import JobResult, JobSpec, StoreAccess, run_job
-from flytekitplugins_rootcause.simulation.soft_training import (
+from rootcause_core.ordering import Role
+from rootcause_harness.faults import NOT_STORE_HOST_POD
+from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
+from rootcause_harness.flytekit.soft_training import (
     hard_train_2x2,
     soft_train_2x1_short_timeout,
     soft_train_2x2,
     soft_train_2x2_spawned,
     soft_train_3x1_spawned,
 )
-from rootcause_core.ordering import Role
-from rootcause_engine.simulation.faults import NOT_STORE_HOST_POD
-from rootcause_engine.simulation.soft_training_loop import read_worker_logs
+from rootcause_harness.soft_training_loop import read_worker_logs
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 

@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from rootcause_engine.agent.soft_world import Change, SoftWorld, World, members_after
-from rootcause_engine.simulation.loopback import free_port
+from rootcause_harness.loopback import free_port
 
 
 @pytest.fixture

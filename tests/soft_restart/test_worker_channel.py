@@ -86,7 +86,7 @@ def test_the_api_outside_a_soft_restart_launch_says_so(monkeypatch: pytest.Monke
 def test_pg_parameters_name_the_world_s_own_store_prefix_rank_and_size() -> None:
     import torch.distributed as dist
 
-    from rootcause_engine.simulation.loopback import free_port
+    from rootcause_harness.loopback import free_port
 
     port = free_port()
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from flytekitplugins_rootcause.straggler import StragglerCheck
-from flytekitplugins_rootcause.straggler.simulate import (
+from rootcause_engine.straggler.decision import FAILED, VERDICTS
+from rootcause_harness.flytekit.straggler_cluster import (
     LEFT_EXIT_CODE,
     AgentOutcome,
     SimulatedCluster,
     run_cluster,
 )
-from rootcause_engine.straggler.decision import FAILED, VERDICTS
 
 pytestmark = pytest.mark.slow
 

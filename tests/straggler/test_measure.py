@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from flytekitplugins_rootcause.straggler.simulate import slow_device
 from rootcause_engine.straggler.measure import DeviceChoice, StepTimeout, measure_compute, run_trial
 from rootcause_engine.straggler.settings import Workload
+from rootcause_harness.flytekit.straggler_cluster import slow_device
 
 CPU = DeviceChoice(torch.device("cpu"), "gloo", torch.float32)
 TINY = Workload(matmul_size=8, matmuls_per_trial=2, allreduce_numel=1, allreduces_per_trial=1, trials=4)

@@ -1,4 +1,4 @@
-"""The training tasks the flytekit simulator runs (the loop itself: ``rootcause_engine.simulation.training_loop``).
+"""The training tasks the flytekit simulator runs (the loop itself: ``rootcause_harness.training_loop``).
 
 Module-level tasks, one per job shape and config, because a pod loads its task by module and
 name (flytekit's default resolver), exactly as on a cluster.
@@ -10,7 +10,7 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from rootcause_engine.simulation.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from rootcause_harness.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
 
 # One task per job shape and config; monitor_interval is left at each config's default (what a
 # user gets). flytekit resolves a task by its function's name, hence one function each.

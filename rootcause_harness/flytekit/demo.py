@@ -21,9 +21,10 @@ import click
 from backend_reader import RemoteFileOutputReader
 from backend_reader.render import print_table, table_console
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from flytekitplugins_rootcause.simulation.pytorchjob import JobSpec, StoreAccess, pod_name, run_job
-from flytekitplugins_rootcause.simulation.training import train_2x2, train_2x2_short_timeout
-from rootcause_engine.simulation.faults import Fault, FaultKind
+from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.flytekit.console import console_at_decision
+from rootcause_harness.flytekit.job import JobSpec, StoreAccess, pod_name, run_job
+from rootcause_harness.flytekit.training import train_2x2, train_2x2_short_timeout
 
 NNODES, NPROC = 2, 2
 #: A hang surfaces only when its peers' collective times out: that fault runs the task whose
@@ -81,10 +82,13 @@ def main(kind: str, pod_index: int, local_rank: int, output_dir: Path) -> None:
         shown = pick.worker if pick is not None else None
     except UpstreamReadError as error:
         shown = f"(the read fails: {error})"
-    console.print(f"Flyte console (upstream rule, aggregation on): {shown}", highlight=False)
+    console.print(f"Flyte console after the last exit (upstream rule, aggregation on): {shown}", highlight=False)
+    at_decision = console_at_decision(result, aggregation=True)
+    console.print(f"Flyte console at the operator's decision: {at_decision.outcome}", highlight=False)
     console.print(f"error files: {result.output_prefix}", highlight=False)
     console.print(f"pod logs:    {result.sim_dir}", highlight=False)
-    correct = shown == root.worker == result.injected_worker and (
+    print(at_decision.line(), flush=True)  # plain, for scripts
+    correct = at_decision.worker == shown == root.worker == result.injected_worker and (
         root.global_rank is None or root.global_rank == result.injected_rank
     )
     if not correct:

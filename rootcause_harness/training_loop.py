@@ -1,7 +1,7 @@
 """The training the simulated jobs run: a gloo all-reduce loop with an injectable fault.
 
-Flyte-free, so both flavours' simulated jobs (flytekit's ``flytekitplugins_rootcause.simulation``,
-Flyte 2's ``flyteplugins.rootcause.simulation``) run the same steps in their tasks' workers.
+Flyte-free, so both flavours' simulated jobs (flytekit's ``rootcause_harness.flytekit``,
+Flyte 2's ``rootcause_harness.flyte2``) run the same steps in their tasks' workers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from rootcause_core.worker_names import current_worker_name
-from rootcause_engine.simulation.faults import (
+from rootcause_harness.faults import (
     BEFORE_INIT,
     FAULT_VARIABLE,
     SIM_DIR_VARIABLE,

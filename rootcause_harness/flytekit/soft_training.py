@@ -1,6 +1,6 @@
 """The flytekit tasks written for soft restarts (``restart_policy="soft"``), with an injectable failure.
 
-The loop is :mod:`rootcause_engine.simulation.soft_training_loop`, with flytekit's exceptions: a
+The loop is :mod:`rootcause_harness.soft_training_loop`, with flytekit's exceptions: a
 ``FlyteRecoverableException`` for a failure a soft restart heals, a plain ``ValueError`` for one it
 may not (``fail_fatal``). One task per job shape: a pod loads its task by module and name.
 """
@@ -13,7 +13,7 @@ from flytekit import task
 from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from rootcause_engine.simulation import soft_training_loop
+from rootcause_harness import soft_training_loop
 
 run_soft_training = functools.partial(
     soft_training_loop.run_soft_training, recoverable_error=FlyteRecoverableException, fatal_error=ValueError

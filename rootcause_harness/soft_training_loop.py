@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine import soft_restart
-from rootcause_engine.simulation.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
+from rootcause_harness.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
 
 #: Makes the exception a worker raises for its injected failure, from the message.
 ErrorFactory = Callable[[str], BaseException]
@@ -190,7 +190,7 @@ def run_soft_training(
         if local_rank == fail_local_rank and due and fail_pod and is_faulty_pod(fail_pod, pod):
             log.write("fault", step=step, kind=fail_kind)
             if fail_kind == "vanish":
-                vanish_pod()
+                vanish_pod(pod)
             if fail_kind == "freeze":
                 freeze_pod(pod)
             message = f"injected failure at step {step} on {pod} local rank {local_rank}"

@@ -50,6 +50,8 @@ class FaultKind(enum.StrEnum):
     VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
     INIT_HANG = "init-hang"  # the worker hangs before init_process_group: its peers wait for it there
     FREEZE = "freeze"  # every process of the pod stopped at once (SIGSTOP): sockets open, nothing answers
+    #: the pod's kubelet SIGTERMs its main process (a spot reclaim, a drain, an eviction), SIGKILL after the grace
+    PREEMPT = "preempt"
 
 
 class Communication(enum.StrEnum):
@@ -84,6 +86,13 @@ FAULTY_POD_FILE = "faulty_pod"
 #: Written by a pod that froze itself: the simulator then waits for the other pods only, and
 #: deletes the frozen one after them, as Kubernetes deletes the pods of a failed job.
 FROZEN_POD_FILE = "frozen_pod"
+#: Written by a pod whose node is lost (every process SIGKILLed at once): its kubelet reports nothing.
+LOST_NODE_FILE = "lost_node"
+#: Written by the faulty worker of a ``PREEMPT``: the simulator then stops that pod as a kubelet would.
+PREEMPT_REQUEST_FILE = "preempt_pod"
+#: How many SIGTERMs the kubelet's stand-in sends at once (``Fault.signals``; a second one is what a
+#: user's ``kubectl delete`` on top of a drain sends).
+PREEMPT_SIGNALS_FILE = "preempt_signals"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +110,8 @@ class Fault:
     #: What every worker's training step communicates with (:class:`Communication`): a HANG then
     #: leaves its peers waiting in that call.
     communication: str = "all_reduce"
+    #: PREEMPT only: how many SIGTERMs the pod's main process gets
+    signals: int = 1
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -157,10 +168,18 @@ def _signal_this_pod(signal_number: int) -> None:
     os.kill(me, signal_number)
 
 
-def vanish_pod() -> None:
-    """Every process of this pod dies by SIGKILL at once, as when its node is lost or its VM preempted:
-    no process of the pod is left to notice, report or upload anything."""
+def vanish_pod(pod: str) -> None:
+    """Every process of this pod dies by SIGKILL at once, as when its node is lost (a kernel panic, a
+    power loss): no process of the pod is left to notice, report or upload anything, and no kubelet
+    reports the pod's end."""
+    (_sim_dir() / LOST_NODE_FILE).write_text(pod)
     _signal_this_pod(signal.SIGKILL)
+
+
+def ask_for_preemption(pod: str, signals: int) -> None:
+    """Ask the simulator to stop this pod as its kubelet would for a preemption (see ``pods.PodWatch``)."""
+    (_sim_dir() / PREEMPT_SIGNALS_FILE).write_text(str(signals))
+    (_sim_dir() / PREEMPT_REQUEST_FILE).write_text(pod)
 
 
 def freeze_pod(pod: str) -> None:
@@ -197,7 +216,10 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         if fault.kind == FaultKind.EXIT:
             os._exit(3)
         if fault.kind == FaultKind.VANISH:
-            vanish_pod()
+            vanish_pod(pod)
+        if fault.kind == FaultKind.PREEMPT:
+            ask_for_preemption(pod, fault.signals)
+            return  # the worker goes on: the kubelet signals the pod's main process, not the workers
         if fault.kind == FaultKind.FREEZE:
             freeze_pod(pod)
         if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):

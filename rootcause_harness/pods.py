@@ -20,9 +20,21 @@ from typing import Any
 
 from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
-from rootcause_engine.simulation.faults import CLOCK_OFFSET_VARIABLE, FAULTY_POD_FILE, SKEWED_CLOCK_DIR, Fault
-from rootcause_engine.simulation.loopback import bound_dns_waits
-from rootcause_engine.simulation.training_loop import RANKS_DIR
+from rootcause_harness.faults import (
+    CLOCK_OFFSET_VARIABLE,
+    FAULT_TIME_FILE,
+    FAULTY_POD_FILE,
+    FROZEN_POD_FILE,
+    LOST_NODE_FILE,
+    PREEMPT_REQUEST_FILE,
+    PREEMPT_SIGNALS_FILE,
+    SKEWED_CLOCK_DIR,
+    Fault,
+    record_fault_time,
+)
+from rootcause_harness.loopback import bound_dns_waits
+from rootcause_harness.operator import Operator
+from rootcause_harness.training_loop import RANKS_DIR
 
 #: Variables a pod must not inherit from whoever runs the simulator: the simulator sets them.
 POD_CONTROLLED = (
@@ -34,6 +46,12 @@ POD_CONTROLLED = (
     "PET_RDZV_ENDPOINT",
     "TORCHELASTIC_ERROR_FILE",
 )
+
+
+#: Kubernetes' default ``terminationGracePeriodSeconds``: SIGTERM, then SIGKILL this much later.
+TERMINATION_GRACE_S = 30.0
+#: How often the simulator looks at its pods: an exit is seen (and the operator decides) within this.
+POLL_S = 0.005
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,22 +121,96 @@ class Rescheduler:
         return bool(self._due)
 
 
+@dataclasses.dataclass
+class _Preemption:
+    """A pod the kubelet is stopping: SIGTERM to its main process now, SIGKILL to all of it later."""
+
+    name: str
+    kill_at: float
+
+
+class PodWatch:
+    """What the simulator does while the pods run, as Kubernetes and the training operator would.
+
+    - A pod's main process is its container's first process: when it exits, the container ends and
+      every process left in it is killed.
+    - A pod asked to be preempted (a worker wrote :data:`~.faults.PREEMPT_REQUEST_FILE`, as a spot
+      reclaim, a drain or an eviction would strike it) gets SIGTERM on its main process, as the
+      kubelet sends it, and SIGKILL on every process ``grace_s`` later if still running.
+    - A frozen pod (:data:`~.faults.FROZEN_POD_FILE`) never exits: it is not waited for, and deleted
+      once the others are done. A pod on a lost node (:data:`~.faults.LOST_NODE_FILE`) and a frozen
+      one are *silent*: their kubelet reports nothing, so the operator does not count their exits.
+    - The :class:`~.operator.Operator` hears every other exit the moment it is seen.
+    """
+
+    def __init__(self, sim_dir: Path, operator: Operator | None = None, grace_s: float = TERMINATION_GRACE_S) -> None:
+        self.sim_dir = sim_dir
+        self.operator = operator
+        self.grace_s = grace_s
+        self._preempting: dict[str, _Preemption] = {}
+
+    def silent(self, name: str) -> bool:
+        """The pod's node went silent: lost (every process SIGKILLed at once) or frozen."""
+        return name in {_read_name(self.sim_dir / FROZEN_POD_FILE), _read_name(self.sim_dir / LOST_NODE_FILE)}
+
+    @property
+    def frozen(self) -> bool:
+        return (self.sim_dir / FROZEN_POD_FILE).exists()
+
+    def exited(self, result: PodResult, proc: subprocess.Popen[bytes]) -> None:
+        kill_group(proc)  # the container ends with its first process
+        self._preempting.pop(result.name, None)
+        if self.operator is not None and result.returncode is not None:
+            self.operator.pod_exited(result.name, result.returncode, reported=not self.silent(result.name))
+
+    def preempt_due(self, pods: list[Pod]) -> None:
+        """SIGTERM a pod whose preemption was asked for; SIGKILL one whose grace ran out."""
+        request = self.sim_dir / PREEMPT_REQUEST_FILE
+        if request.exists():
+            wanted = _read_name(request)
+            request.unlink(missing_ok=True)
+            for name, proc, _ in pods:
+                if name == wanted and proc.poll() is None:
+                    signals = int((self.sim_dir / PREEMPT_SIGNALS_FILE).read_text() or 1) if (
+                        self.sim_dir / PREEMPT_SIGNALS_FILE).exists() else 1
+                    record_fault_time(self.sim_dir / FAULT_TIME_FILE)
+                    for _ in range(signals):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(proc.pid, signal.SIGTERM)
+                    self._preempting.setdefault(name, _Preemption(name, time.monotonic() + self.grace_s))
+        for name, proc, _ in pods:
+            preemption = self._preempting.get(name)
+            if preemption is not None and time.monotonic() >= preemption.kill_at:
+                kill_group(proc)
+                del self._preempting[name]
+
+
+def _read_name(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
 def wait_for_pods(
-    pods: list[Pod], timeout_s: float, frozen_file: Path, rescheduler: Rescheduler | None = None
+    pods: list[Pod], timeout_s: float, watch: PodWatch, rescheduler: Rescheduler | None = None
 ) -> tuple[list[PodResult], bool]:
-    """Wait for every pod to exit, but a frozen one (``frozen_file`` names it), which never will:
-    it is deleted once the others are done, as Kubernetes deletes the pods of a finished job. With a
-    ``rescheduler``, a lost pod is replaced by a new one under its name, which is waited for instead."""
+    """Wait for every pod to exit, but a frozen one, which never will: it is deleted once the others
+    are done, as Kubernetes deletes the pods of a finished job (:class:`PodWatch` says what happens
+    meanwhile). With a ``rescheduler``, a lost pod is replaced by a new one under its name, which is
+    waited for instead."""
     deadline = time.monotonic() + timeout_s
     exited: dict[str, PodResult] = {}
     timed_out = False
     lost_procs: list[subprocess.Popen[bytes]] = []
-    while len(exited) < len(pods) - (1 if frozen_file.exists() else 0) or (rescheduler and rescheduler.pending):
+    while len(exited) < len(pods) - (1 if watch.frozen else 0) or (rescheduler and rescheduler.pending):
         for name, proc, log_path in pods:
             if name not in exited and proc.poll() is not None:
                 exited[name] = PodResult(name, proc.returncode, time.time_ns(), log_path)
+                watch.exited(exited[name], proc)
                 if rescheduler is not None:
                     rescheduler.lost(exited[name])
+        watch.preempt_due(pods)
         for new_pod in rescheduler.due() if rescheduler is not None else ():
             index = next(i for i, pod in enumerate(pods) if pod[0] == new_pod[0])
             lost_procs.append(pods[index][1])
@@ -127,7 +219,7 @@ def wait_for_pods(
         if time.monotonic() > deadline:
             timed_out = True
             break
-        time.sleep(0.02)
+        time.sleep(POLL_S)
     for proc in lost_procs:
         kill_group(proc)
     for name, proc, log_path in pods:

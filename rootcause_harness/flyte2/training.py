@@ -1,11 +1,11 @@
-"""The Flyte 2 training tasks the simulator runs (the loop: ``rootcause_engine.simulation.training_loop``).
+"""The Flyte 2 training tasks the simulator runs (the loop: ``rootcause_harness.training_loop``).
 
 Module-level tasks, one per job shape and config, because a pod loads its task by module and name
 (Flyte 2's default resolver), as on a cluster. Each shape has this plugin's task and upstream
 ``flyteplugins.pytorch.Elastic``'s on the same training, for the benchmark's side-by-side runs.
 ``max_restarts=0``: a failure ends the job (what the accuracy runs measure), but for the tasks with
 ``Elastic``'s default (3 restarts, the fault recurring in each attempt) and the soft-restart task,
-whose failure the job heals (``rootcause_engine.simulation.soft_training_loop``, with Flyte 2's
+whose failure the job heals (``rootcause_harness.soft_training_loop``, with Flyte 2's
 exceptions: a plain one is retried, ``NonRecoverableError`` is not).
 """
 
@@ -16,9 +16,9 @@ from flyte.errors import NonRecoverableError
 from flyteplugins.pytorch import Elastic
 
 from flyteplugins.rootcause import ElasticRootCause, StragglerCheck
-from rootcause_engine.simulation.faults import INJECTED_MESSAGE
-from rootcause_engine.simulation.soft_training_loop import run_soft_training
-from rootcause_engine.simulation.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from rootcause_harness.faults import INJECTED_MESSAGE
+from rootcause_harness.soft_training_loop import run_soft_training
+from rootcause_harness.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
 
 
 def _env(name: str, config: Elastic) -> flyte.TaskEnvironment:

@@ -30,12 +30,15 @@ from flyteidl2.core import execution_pb2
 from flyteidl2.task import common_pb2
 from google.protobuf.message import DecodeError
 
-from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
-from rootcause_engine.simulation.loopback import free_port
-from rootcause_engine.simulation.pods import (
+from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from rootcause_harness.loopback import free_port
+from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, copy_local_prefix
+from rootcause_harness.pods import (
+    TERMINATION_GRACE_S,
     FaultGroundTruth,
     Pod,
     PodResult,
+    PodWatch,
     base_env,
     clock_env,
     read_placement,
@@ -48,7 +51,7 @@ ORG, PROJECT, DOMAIN = "local", "rootcause", "development"
 #: The action's name, as the backend names a run's first action.
 ACTION = "a0"
 #: Where the task's module is importable from: the repository root (the image's working directory).
-ROOT_DIR = Path(__file__).resolve().parents[3]
+ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,8 @@ class JobSpec:
     pod_name_prefix: str = "train-worker"
     #: the task's inputs by name (the others take their defaults), as ``flyte run`` passes them
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
+    termination_grace_s: float = TERMINATION_GRACE_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +80,8 @@ class JobResult(FaultGroundTruth):
     fault_ns: int | None
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     timed_out: bool
+    #: the training operator's decision at the first reported pod exit, with the prefix as it was then
+    operator: OperatorDecision = dataclasses.field(default_factory=lambda: Operator.never())
 
     @property
     def error_pb(self) -> str:
@@ -170,7 +177,8 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         return start_pod(args, pod_env, name, log_path)
 
     pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
-    results, timed_out = wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE)
+    operator = Operator(copy_local_prefix(output_prefix), sim_dir / SNAPSHOT_DIR)
+    results, timed_out = wait_for_pods(pods, spec.timeout_s, PodWatch(sim_dir, operator, spec.termination_grace_s))
     fault_file = sim_dir / FAULT_TIME_FILE
     return JobResult(
         spec=spec,
@@ -181,4 +189,5 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
         placement=read_placement(sim_dir),
         timed_out=timed_out,
+        operator=operator.decision,
     )

@@ -1,6 +1,6 @@
 """``rootcause-demo-flyte2``: a local 2-pod x 2-worker Flyte 2 PyTorchJob through ``a0``, then its ``error.pb``.
 
-The Flyte 2 twin of ``rootcause-demo``. It runs the simulated job (``flyteplugins.rootcause.simulation``:
+The Flyte 2 twin of ``rootcause-demo``. It runs the simulated job (``rootcause_harness.flyte2``:
 every pod the real ``a0`` entrypoint, a local folder as the bucket) with an injected fault (by
 default a SIGKILL on one rank of pod 1, as the OOM killer would), reads back the action's one
 ``error.pb`` (flyteidl2's ``ErrorDocument``, what Flyte 2's backend reads and the UI shows), prints
@@ -10,6 +10,7 @@ the fault was injected into. ``--upstream`` runs the same job with ``flyteplugin
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -17,10 +18,11 @@ from pathlib import Path
 import click
 from flyteidl2.core import execution_pb2
 
-from flyteplugins.rootcause.simulation import training
-from flyteplugins.rootcause.simulation.job import JobSpec, run_job
-from flyteplugins.rootcause.simulation.verdict import rootcause_verdict, upstream_verdict
-from rootcause_engine.simulation.faults import Fault, FaultKind
+from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.console import console_at_decision
+from rootcause_harness.flyte2.job import JobSpec, run_job
+from rootcause_harness.flyte2.verdict import rootcause_verdict, upstream_verdict
 
 NNODES, NPROC = 2, 2
 #: A hang surfaces only when its peers' collective times out: that fault runs the tasks whose
@@ -63,6 +65,7 @@ def main(kind: str, pod_index: int, local_rank: int, upstream: bool, output_dir:
     if document is None:
         why = "was written" if result.error_pb == "missing" else "could be read (the pods' writes tore it)"
         click.echo(f"No error.pb {why}: the action's failure would show no message.")
+        click.echo(console_at_decision(result).line())
         sys.exit(1)
     error = document.error
     click.echo(f"error.pb: code {error.code}, kind {execution_pb2.ContainerError.Kind.Name(error.kind)}")
@@ -72,7 +75,13 @@ def main(kind: str, pod_index: int, local_rank: int, upstream: bool, output_dir:
     click.echo(f"injected: {result.injected_worker} rank {result.injected_rank}")
     click.echo(f"error.pb: {result.output_prefix / 'error.pb'}")
     click.echo(f"pod logs: {result.sim_dir}")
-    right = named[0] == result.injected_worker and (fault_kind in POD_ONLY_KINDS or named[1] == result.injected_rank)
+    read_upstream = functools.partial(upstream_verdict, placement=result.placement)
+    at_decision = console_at_decision(result, read_upstream if upstream else rootcause_verdict)
+    click.echo(f"at the operator's decision: {at_decision.outcome}")
+    click.echo(at_decision.line())
+    right = named[0] == at_decision.worker == result.injected_worker and (
+        fault_kind in POD_ONLY_KINDS or named[1] == at_decision.rank == result.injected_rank
+    )
     if not right:
         click.echo("The action's error names another worker than the injected fault.")
         sys.exit(1)

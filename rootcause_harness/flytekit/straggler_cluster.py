@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rootcause_engine.simulation.loopback import free_port
 from rootcause_engine.straggler.measure import TrialRunner, run_trial
 from rootcause_engine.straggler.report import StragglerReport, report_from_dict
 from rootcause_engine.straggler.settings import StragglerCheck
+from rootcause_harness.loopback import free_port
 
 
 @dataclass(frozen=True)

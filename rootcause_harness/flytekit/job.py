@@ -33,12 +33,15 @@ from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
 from backend_reader.filesystems import filesystem
-from rootcause_engine.simulation.faults import FAULT_TIME_FILE, FAULT_VARIABLE, FROZEN_POD_FILE, SIM_DIR_VARIABLE, Fault
-from rootcause_engine.simulation.loopback import free_port
-from rootcause_engine.simulation.pods import (
+from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from rootcause_harness.loopback import free_port
+from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, PrefixCopier
+from rootcause_harness.pods import (
+    TERMINATION_GRACE_S,
     FaultGroundTruth,
     Pod,
     PodResult,
+    PodWatch,
     Rescheduler,
     base_env,
     clock_env,
@@ -62,6 +65,26 @@ class StoreAccess:
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         return filesystem(self.protocol, skip_instance_cache=True, **self.storage_options)
+
+    def prefix_copier(self, prefix: str) -> PrefixCopier:
+        """Copies the files directly under ``prefix`` into a local folder (the operator's snapshot)."""
+
+        def copy(into: Path) -> None:
+            fs = self.filesystem()
+            try:
+                entries = fs.ls(prefix.rstrip("/"), detail=True)
+            except FileNotFoundError:
+                return
+            for entry in entries:
+                if entry.get("type") != "file":
+                    continue
+                try:
+                    data = fs.cat_file(entry["name"])
+                except FileNotFoundError:  # replaced meanwhile
+                    continue
+                (into / entry["name"].rstrip("/").rsplit("/", 1)[-1]).write_bytes(data)
+
+        return copy
 
     def pod_env(self) -> dict[str, str]:
         """Variables a pod needs: the store's own, plus flytekit's S3 settings for an s3 store."""
@@ -90,6 +113,8 @@ class JobSpec:
     #: a pod killed by a signal (its node lost) is created again under its name after this many
     #: seconds, as the training operator recreates a failed pod of a PyTorchJob; ``None``: never
     reschedule_lost_after_s: float | None = None
+    #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
+    termination_grace_s: float = TERMINATION_GRACE_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +129,10 @@ class JobResult(FaultGroundTruth):
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     timed_out: bool
     replaced: list[PodResult] = dataclasses.field(default_factory=list)  # pods lost, then rescheduled
+    #: the training operator's decision at the first reported pod exit, with the prefix as it was then
+    operator: OperatorDecision = dataclasses.field(default_factory=lambda: Operator.never())
+
+
 
 
 def serialize(task: PythonTask) -> TaskTemplate:
@@ -192,7 +221,9 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     rescheduler = None
     if spec.reschedule_lost_after_s is not None:
         rescheduler = Rescheduler(start, spec.reschedule_lost_after_s)
-    results, timed_out = wait_for_pods(pods, spec.timeout_s, sim_dir / FROZEN_POD_FILE, rescheduler)
+    operator = Operator(spec.store.prefix_copier(output_prefix), sim_dir / SNAPSHOT_DIR)
+    watch = PodWatch(sim_dir, operator, grace_s=spec.termination_grace_s)
+    results, timed_out = wait_for_pods(pods, spec.timeout_s, watch, rescheduler)
     fault_file = sim_dir / FAULT_TIME_FILE
     return JobResult(
         spec=spec,
@@ -205,6 +236,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         placement=read_placement(sim_dir),
         timed_out=timed_out,
         replaced=[] if rescheduler is None else rescheduler.replaced,
+        operator=operator.decision,
     )
 
 
