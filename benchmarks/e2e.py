@@ -53,8 +53,18 @@ from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
+from benchmarks.fault_kinds import (
+    KINDS,
+    NPROC_PER_NODE,
+    POD_ONLY_KINDS,
+    decision_cell,
+    fault_for,
+    fault_to_decision_s,
+    quantiles,
+    right_at_decision,
+)
 from rootcause_core.roles import rank_from_report
+from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
 from rootcause_harness.flytekit.training import (
     train_2x2,
@@ -65,6 +75,10 @@ from rootcause_harness.flytekit.training import (
     train_4x2_elastic,
     train_4x2_elastic_short_timeout,
     train_4x2_short_timeout,
+    train_8x1,
+    train_8x1_elastic,
+    train_8x1_elastic_short_timeout,
+    train_8x1_short_timeout,
 )
 
 #: What a reader decided: the pod it names, and the global rank its report names (None: no rank).
@@ -122,6 +136,8 @@ TASKS: dict[tuple[int, str], tuple[PythonTask, PythonTask]] = {
     (2, "hang"): (train_2x2_short_timeout, train_2x2_elastic_short_timeout),
     (4, "any"): (train_4x2, train_4x2_elastic),
     (4, "hang"): (train_4x2_short_timeout, train_4x2_elastic_short_timeout),
+    (8, "any"): (train_8x1, train_8x1_elastic),
+    (8, "hang"): (train_8x1_short_timeout, train_8x1_elastic_short_timeout),
 }
 
 
@@ -161,6 +177,7 @@ def pod_phases(result: JobResult) -> dict[str, dict[str, float]]:
 
 def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
+    decided: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
     plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
@@ -171,10 +188,14 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
         fault = fault_for(kind, trial, nnodes)
         for label, task, aggregation, decide in runs:
             limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
-            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, store=StoreAccess(str(root / "store")),
-                           fault=fault, aggregation=aggregation, **limit)
+            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=NPROC_PER_NODE[nnodes],
+                           store=StoreAccess(str(root / "store")), fault=fault, aggregation=aggregation, **limit)
             result = run_job(spec, work_dir=root / "pods")
             outcomes[label].append((is_right(decide(result), result, kind), result.fault_to_exit_s))
+            rank_of = rank_from_report if label == "plugin" else torch_report_rank
+            view = console_at_decision(result, aggregation=True, rank_of=rank_of)
+            decided[label].append((right_at_decision(view, (result.injected_worker, result.injected_rank), kind),
+                                   fault_to_decision_s(result.operator.decided_ns, result.fault_ns), view.outcome))
             if label == "plugin":
                 console_right += is_right(go_rule_verdict(result), result, kind)
             if label == "plugin" and result.fault_ns is not None:
@@ -189,13 +210,15 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
     cells = []
     for label in ("plugin", "baseline"):
         if not outcomes[label]:
-            cells.append("not run")
+            cells += ["not run", "not run"]
             continue
         ok = sum(correct for correct, _ in outcomes[label])
         times = [t for _, t in outcomes[label] if t is not None]
         cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {quantiles(times)}")
+        cells.append(decision_cell(decided[label], trials))
     console = f"{console_right}/{trials} ({100 * console_right / trials:.0f}%)"
-    print(f"{kind:<10} {cells[0]:>30} {console:>16} {cells[1]:>30}", flush=True)
+    print(f"{kind:<10} {cells[0]} | Go rule after the last exit {console} | at the decision {cells[1]} | "
+          f"baseline {cells[2]} | baseline at the decision {cells[3]}", flush=True)
     for which, phases in breakdown.items():
         row = " ".join(f"{phase} {quantiles(phases.get(phase, []))}" for phase in PHASES)
         print(f"{'':<10}   {which:<10} fault -> {row}", flush=True)
@@ -213,7 +236,9 @@ def main() -> None:
     print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers; correct pod and rank, "
           "median/p90 fault -> all pods exited")
     print("breakdown (this plugin, median/p90 from the fault): the faulty pod and the last pod to exit")
-    print(f"{'fault':<10} {'this plugin (our reader)':>30} {'Go rule, ours':>16} {'Elastic + Go rule':>30}")
+    print("per kind: this plugin (our reader after the last exit) | the Go rule on its files after the last exit | "
+          "at the operator's decision (Go rule, aggregation on: right, how the wrong ones read, fault -> decision) "
+          "| kfpytorch Elastic + Go rule after the last exit | the same at the operator's decision")
     for kind in args.kinds.split(","):
         run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline)
 

@@ -29,14 +29,25 @@ collective timeout, is given ``FREEZE_BASELINE_S``.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import tempfile
 from pathlib import Path
 
 from flyte._task import TaskTemplate
 
-from benchmarks.fault_kinds import KINDS, POD_ONLY_KINDS, fault_for, quantiles
+from benchmarks.fault_kinds import (
+    KINDS,
+    NPROC_PER_NODE,
+    POD_ONLY_KINDS,
+    decision_cell,
+    fault_for,
+    fault_to_decision_s,
+    quantiles,
+    right_at_decision,
+)
 from rootcause_harness.flyte2 import training
+from rootcause_harness.flyte2.console import console_at_decision
 from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job
 from rootcause_harness.flyte2.verdict import Verdict, rootcause_verdict, upstream_verdict
 
@@ -48,6 +59,8 @@ TASKS: dict[tuple[int, str], tuple[TaskTemplate, TaskTemplate]] = {
     (2, "hang"): (training.train_2x2_short_timeout, training.train_2x2_elastic_short_timeout),
     (4, "any"): (training.train_4x2, training.train_4x2_elastic),
     (4, "hang"): (training.train_4x2_short_timeout, training.train_4x2_elastic_short_timeout),
+    (8, "any"): (training.train_8x1, training.train_8x1_elastic),
+    (8, "hang"): (training.train_8x1_short_timeout, training.train_8x1_elastic_short_timeout),
 }
 
 
@@ -80,25 +93,34 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, re
         plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
     runs = [("plugin", plugin_task)] + ([("baseline", baseline_task)] if baseline else [])
     outcomes: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
+    decided: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task in runs:
             limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
-            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=2, root=root / "bucket", fault=fault, **limit)
+            spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=NPROC_PER_NODE[nnodes], root=root / "bucket",
+                           fault=fault, **limit)
             result = run_job(spec, work_dir=root / "pods")
             named = verdict(result, ours=label == "plugin")
             outcomes[label].append((is_right(named, result, kind), result.fault_to_exit_s, result.error_pb))
+            read = rootcause_verdict if label == "plugin" else functools.partial(
+                upstream_verdict, placement=result.placement)
+            view = console_at_decision(result, read)
+            injected = (result.injected_worker, result.injected_rank)
+            decided[label].append((right_at_decision(view, injected, kind),
+                                   fault_to_decision_s(result.operator.decided_ns, result.fault_ns), view.outcome))
     cells = []
     for label in ("plugin", "baseline"):
         if not outcomes[label]:
-            cells.append("not run")
+            cells += ["not run", "not run"]
             continue
         ok = sum(correct for correct, _, _ in outcomes[label])
         states = [state for _, _, state in outcomes[label]]
         bad = "".join(f", {states.count(state)} {state}" for state in ("missing", "torn") if state in states)
         times = [t for _, t, _ in outcomes[label] if t is not None]
         cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%){bad}, {quantiles(times)}")
-    print(f"{kind:<20} {cells[0]:>42} {cells[1]:>42}", flush=True)
+        cells.append(decision_cell(decided[label], trials))
+    print(f"{kind:<20} " + " | ".join(cells), flush=True)
 
 
 def main() -> None:
@@ -122,7 +144,8 @@ def main() -> None:
     restarts = "Elastic's default max_restarts (3)" if args.default_restarts else "max_restarts=0"
     print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers through a0, {restarts}; the action's "
           "error.pb names the faulty pod and rank; median/p90 fault -> all pods exited")
-    print(f"{'fault':<20} {'ElasticRootCause (Flyte 2)':>42} {'flyteplugins.pytorch.Elastic':>42}")
+    print(f"{'fault':<20} ElasticRootCause: after the last exit | at the operator's decision (right, fault -> "
+          "decision) | flyteplugins.pytorch.Elastic: after the last exit | at the operator's decision")
     for kind in args.kinds.split(","):
         run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
                  restarting=args.default_restarts)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from rootcause_harness.faults import NOT_STORE_HOST_POD, STORE_HOST_POD, Communication, Fault, FaultKind
+from rootcause_harness.faults import NOT_STORE_HOST_POD, POD_FAULTS, STORE_HOST_POD, Communication, Fault, FaultKind
+from rootcause_harness.operator import ConsoleView
 
 #: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
 KINDS: dict[str, tuple[FaultKind, float]] = {
@@ -20,11 +21,16 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "hang": (FaultKind.HANG, 0.0),  # one rank sleeps; its peers time out in the next all-reduce (3 s)
     "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
     "freeze": (FaultKind.FREEZE, 0.0),  # the whole faulty pod stopped at once (a frozen node): no socket closes
+    "preempt": (FaultKind.PREEMPT, 0.0),  # the kubelet SIGTERMs the pod's main process, SIGKILL 30 s later
     # one rank sleeps while its peers wait in another kind of call (the peers time out after 3 s)
     **{f"hang-{how}": (FaultKind.HANG, 0.0) for how in Communication if how != Communication.ALL_REDUCE},
 }
-#: Kinds whose whole pod is gone: its peers name the pod, no rank of it reports.
-POD_ONLY_KINDS = ("vanish", "freeze")
+#: Kinds of a whole pod: the pod is what a report names.
+POD_ONLY_KINDS = tuple(kind for kind, (fault, _) in KINDS.items() if fault in POD_FAULTS)
+
+
+#: Workers per pod of each benchmarked job size (pods x workers: 2 x 2, 4 x 2, 8 x 1).
+NPROC_PER_NODE = {2: 2, 4: 2, 8: 1}
 
 
 def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
@@ -37,7 +43,7 @@ def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
     if fault_kind == FaultKind.FREEZE:
         pod = STORE_HOST_POD if trial % 2 == 0 else NOT_STORE_HOST_POD
     communication = kind.removeprefix("hang-") if kind.startswith("hang-") else Communication.ALL_REDUCE
-    return Fault(fault_kind, pod=pod, local_rank=trial % 2, second_pod=other, second_local_rank=0,
+    return Fault(fault_kind, pod=pod, local_rank=trial % NPROC_PER_NODE[nnodes], second_pod=other, second_local_rank=0,
                  clock_offset_s=clock_offset_s, communication=str(communication))
 
 
@@ -47,3 +53,22 @@ def quantiles(values: list[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return f"{statistics.median(ordered):5.2f}/{p90:5.2f} s"
+
+
+def right_at_decision(view: ConsoleView, injected: tuple[str | None, int | None], kind: str) -> bool:
+    """The console, read at the training operator's decision, names the faulty pod (and rank, but for
+    a fault of a whole pod): the job was Succeeded then, and an error document was there to read."""
+    worker, rank = injected
+    return view.outcome == "error" and view.worker == worker and (kind in POD_ONLY_KINDS or view.rank == rank)
+
+
+def decision_cell(rows: list[tuple[bool, float | None, str]], trials: int) -> str:
+    """``right/trials, median/p90 fault -> decision`` and how the wrong ones ended (``job failed``...)."""
+    ok = sum(right for right, _, _ in rows)
+    wrong = [outcome for right, _, outcome in rows if not right]
+    how = "".join(f", {wrong.count(o)} {o}" for o in sorted(set(wrong)))
+    return f"{ok}/{trials}{how}, {quantiles([t for _, t, _ in rows if t is not None])}"
+
+
+def fault_to_decision_s(decided_ns: int | None, fault_ns: int | None) -> float | None:
+    return None if decided_ns is None or fault_ns is None else (decided_ns - fault_ns) / 1e9

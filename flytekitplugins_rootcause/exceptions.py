@@ -22,6 +22,7 @@ from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 
 if TYPE_CHECKING:  # the pipeline needs torch; the entrypoint, which imports these classes, must not
     from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+    from rootcause_engine.agent.rank_0_outputs import MissingRank0Outputs
 
 
 class RootCauseDetails:
@@ -93,6 +94,18 @@ class AgentHungError(FlyteSystemException):
         self.diagnosis = diagnosis
         self.report = diagnosis.report
         super().__init__(diagnosis.report)
+
+
+class Rank0OutputsMissingError(FlyteRecoverableException):
+    """The launch succeeded, but the pod holding global rank 0 wrote neither the task's outputs nor an
+    error document in time (it died or vanished after training): raised by a pod without rank 0, which
+    would otherwise exit 0 and let the job read as succeeded with its outputs missing. Recoverable:
+    the training itself did not fail, so a retry may well succeed
+    (:mod:`flytekitplugins_rootcause.rank_0_outputs`)."""
+
+    def __init__(self, missing: MissingRank0Outputs) -> None:
+        super().__init__(missing.message)
+        self.missing = missing
 
 
 def root_cause_error(diagnosis: Diagnosis) -> ElasticRootCauseError | ElasticRootCauseRecoverableError | AgentHungError:

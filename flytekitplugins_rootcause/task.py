@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
-from flytekit.extend import TaskPlugins
+from flytekit.extend import IgnoreOutputs, TaskPlugins
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -41,6 +41,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.deck import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.exceptions import root_cause_error
+from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
@@ -92,7 +93,9 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
 
     def _execute(self, **kwargs: Any) -> Any:
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
-        with LaunchSession(self._launch_settings(), error_of=root_cause_error) as launch:
+        launch = LaunchSession(self._launch_settings(), error_of=root_cause_error)
+        # a pod without rank 0 leaves only once rank 0's pod wrote outputs.pb (after the session)
+        with rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s), launch:
             try:
                 with task_function_swapped(self, recording), launch.running():
                     result = super()._execute(**kwargs)
@@ -112,6 +115,13 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 diagnosis = launch.store_lost(exc)
                 if diagnosis is None:
                     raise
+                raise _raised(diagnosis) from None
+            except IgnoreOutputs:
+                # kfpytorch's answer to torch's SignalException: a pod stopped by its kubelet would
+                # exit 0 with nothing written, and the job would be Succeeded with no error
+                diagnosis = launch.preempted()
+                if diagnosis is None:
+                    raise  # a pod without rank 0 whose launch succeeded: rank 0's pod writes the outputs
                 raise _raised(diagnosis) from None
 
     def _launch_settings(self) -> LaunchSettings:

@@ -63,6 +63,12 @@ _KEYED_NAME = re.compile(
 )
 
 
+def is_error_file_name(name: str) -> bool:
+    """True for a base name Flyte's aggregating reader lists as an error document: ``error.pb``,
+    flytekit's ``error-<uuid>.pb`` and this plugin's ``error-<worker>-<uuid>.<listing key>.pb``."""
+    return name.startswith(ERROR_FILE_STEM) and name.endswith(PROTO_SUFFIX)
+
+
 class _RoleAndTime(Protocol):
     """What a parsed error file must tell for its listing key to be checked against it."""
 

@@ -37,6 +37,7 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+from rootcause_core.bounded_json import loads_bounded
 from rootcause_core.timestamps import rfc3339_ns
 
 #: Starts the testimony line; the version changes when a field's meaning does.
@@ -210,8 +211,8 @@ def read_testimony(message: str) -> PodTestimony | None:
     _, _, last = message.rstrip("\n").rpartition("\n")
     if not last.startswith(TESTIMONY_TAG) or len(last) > MAX_TESTIMONY_CHARS:
         return None
-    try:
-        fields = json.loads(last[len(TESTIMONY_TAG):])
+    try:  # bounded: a forged line nested thousands deep must not raise RecursionError in the reader
+        fields = loads_bounded(last[len(TESTIMONY_TAG):], max_bytes=4 * MAX_TESTIMONY_CHARS)
     except ValueError:
         return None
     if not isinstance(fields, dict):
@@ -254,7 +255,12 @@ def member_from_entry(entry: object) -> Member | None:
     return None
 
 
-def _lost_peer_from_entry(entry: object) -> LostPeer | None:
+def lost_peer_from_entry(entry: object) -> LostPeer | None:
+    """The :class:`LostPeer` of one ``lost`` entry (``LostPeer.entry()``); ``None`` when it is not valid.
+
+    The one parser of the entry: the reader's testimony, the agent's verdicts in the store
+    (``peer_watch``) and the pods' words (``diagnosis/agreed.py``) use it.
+    """
     if (
         isinstance(entry, list)
         and len(entry) == 3
@@ -278,7 +284,7 @@ def _members(value: object) -> tuple[Member, ...]:
 
 
 def _lost(value: object) -> tuple[LostPeer, ...]:
-    return _valid_entries(value, _lost_peer_from_entry)
+    return _valid_entries(value, lost_peer_from_entry)
 
 
 def _is_ns(value: object) -> bool:

@@ -47,10 +47,34 @@ DEFAULT_SOFT_RESTART_TIMEOUT_S = 300.0
 #: timeout, 10 to 30 minutes), and how often the agents beat; docs/frozen_pods.md has the margin measured.
 DEFAULT_LOST_AFTER_S = SILENCE_LIMIT_S
 DEFAULT_HEARTBEAT_INTERVAL_S = HEARTBEAT_INTERVAL_S
+#: How long a failing pod waits for the other failing pods' word (``agent.agreement``). The pods of a
+#: failed job diagnose within moments of each other: the others are told of the first failure
+#: through the store and end their workers at once.
+DEFAULT_AGREEMENT_TIMEOUT_S = 10.0
+
+#: How long a pod without global rank 0 waits, after a launch that succeeded, for rank 0's pod to
+#: write the task's outputs (or an error document) before it fails instead of exiting 0
+#: (:mod:`rootcause_engine.agent.rank_0_outputs`). Rank 0's pod converts and uploads its value after
+#: the exit barrier, usually within a second or two; two minutes leave room for a value of some GB
+#: uploaded from the pod, and keep a job whose rank-0 pod died after training from holding its
+#: nodes for long before it is retried. A task returning larger values raises it.
+DEFAULT_RANK_0_OUTPUTS_TIMEOUT_S = 120.0
 
 #: Flight Recorder ring size (collectives remembered per process): torch's documented example value;
 #: a few hundred KB per process. It is what names a rank that never entered a collective.
 DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
+
+#: How long a rank may make no progress (no CPU time, no I/O) while a peer waits for it in a collective
+#: or a send/recv it has not entered before the hang watch names it hung and ends the job, long before
+#: any collective timeout (``agent.hang_watch``; docs/hung_ranks.md has the measurements and the
+#: trade-off: a hang named, and every pod gone, within 150 s on a busy machine, against the longest
+#: block without CPU or I/O a healthy rank may go through, such as a filesystem call in state D).
+DEFAULT_HANG_AFTER_S = 60.0
+#: The fraction of one core below which a rank's process tree counts as idle (measured with
+#: ``benchmarks/progress_noise.py``: an idle worker spends 0.16 to 0.55 %; docs/hung_ranks.md).
+DEFAULT_HANG_IDLE_CPU_FRACTION = 0.01
+#: The shortest ``hang_after_s``: the watch looks every 2 s, and a stall needs several looks.
+MIN_HANG_AFTER_S = 10.0
 
 
 
@@ -96,6 +120,20 @@ class RootCauseSettings:
         heartbeat_interval_s: how often each pod's agent beats (and reads its watched peer's beat);
             ``lost_after_s`` must span at least four beats. A longer interval lowers the rendezvous
             store's load at a thousand pods and more.
+        agreement_timeout_s: how long a failing pod waits for the other failing pods' word before it
+            proposes the job's report (every pod writes the agreed report, so the document present
+            when the first pod exits names the job's root cause).
+        rank_0_outputs_timeout_s: after a launch that succeeded, how long a pod without global rank 0
+            waits for rank 0's pod to write the task's outputs (or an error document) before it fails,
+            recoverably, instead of exiting 0 (the training operator marks the job Succeeded when any
+            pod exits 0, and Flyte reads the outputs then; ``docs/settings.md``).
+        hang_after_s: name a rank hung, and end the job, once it has made no progress (no CPU time,
+            no I/O) for this long while a peer has waited this long for it in a collective or a
+            send/recv it has not entered (``docs/hung_ranks.md``), instead of waiting for the
+            collective timeout; ``None``: only at the collective timeout. It must exceed the longest
+            time a healthy rank may block without CPU or I/O while its peers wait.
+        hang_idle_cpu_fraction: the CPU (fraction of one core) below which a rank's process tree
+            counts as making no progress.
     """
 
     teardown_grace_s: float = DEFAULT_TEARDOWN_GRACE_S
@@ -111,6 +149,10 @@ class RootCauseSettings:
     soft_restart_timeout_s: float = DEFAULT_SOFT_RESTART_TIMEOUT_S
     lost_after_s: float | None = DEFAULT_LOST_AFTER_S
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
+    agreement_timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S
+    rank_0_outputs_timeout_s: float = DEFAULT_RANK_0_OUTPUTS_TIMEOUT_S
+    hang_after_s: float | None = DEFAULT_HANG_AFTER_S
+    hang_idle_cpu_fraction: float = DEFAULT_HANG_IDLE_CPU_FRACTION
 
     def __post_init__(self) -> None:
         """Refuse settings no launch could use; a front-end checks its own fields first, then calls this."""
@@ -141,9 +183,27 @@ def check_settings(config: Any) -> None:
         isinstance(config.flight_recorder_entries, bool) or config.flight_recorder_entries < 1
     ):
         raise ValueError(f"flight_recorder_entries must be >= 1 or None, got {config.flight_recorder_entries!r}")
+    if config.agreement_timeout_s <= 0:
+        raise ValueError(f"agreement_timeout_s must be > 0 seconds, got {config.agreement_timeout_s!r}")
+    if config.rank_0_outputs_timeout_s <= 0:
+        raise ValueError(f"rank_0_outputs_timeout_s must be > 0 seconds, got {config.rank_0_outputs_timeout_s!r}")
     if (problem := liveness_problem(config.heartbeat_interval_s, config.lost_after_s)) is not None:
         raise ValueError(problem)
+    check_hang_settings(config)
     check_restart_policy(config)
+
+
+def check_hang_settings(config: Any) -> None:
+    """Refuse a hang watch that could not measure a stall (too short), or an idle CPU fraction outside (0, 1)."""
+    after_s = config.hang_after_s
+    if after_s is not None and (isinstance(after_s, bool) or not after_s >= MIN_HANG_AFTER_S):
+        raise ValueError(
+            f"hang_after_s must be >= {MIN_HANG_AFTER_S:g} seconds (or None: name a hung rank only at the "
+            f"collective timeout), got {after_s!r}"
+        )
+    fraction = config.hang_idle_cpu_fraction
+    if isinstance(fraction, bool) or not 0 < fraction < 1:
+        raise ValueError(f"hang_idle_cpu_fraction must be between 0 and 1 (of one core), got {fraction!r}")
 
 
 def check_restart_policy(config: Any) -> None:

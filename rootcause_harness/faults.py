@@ -52,6 +52,22 @@ class FaultKind(enum.StrEnum):
     FREEZE = "freeze"  # every process of the pod stopped at once (SIGSTOP): sockets open, nothing answers
     #: the pod's kubelet SIGTERMs its main process (a spot reclaim, a drain, an eviction), SIGKILL after the grace
     PREEMPT = "preempt"
+    #: the worker blocks in a receive from the next rank, which never sends (it waits in the step's
+    #: collective for this one): a deadlock of mismatched calls
+    RECV_HANG = "recv-hang"
+    #: not a fault: the worker computes alone for ``duration_s`` (a rank-0 evaluation, a checkpoint
+    #: serialised) while its peers wait in the step's collective, then trains on
+    COMPUTE = "compute"
+    #: not a fault: the worker writes a large file for ``duration_s`` (a few MB a second, as to a slow
+    #: network filesystem, with little CPU) while its peers wait, then trains on
+    WRITE = "write"
+
+
+#: Kinds that end in success: a long healthy pause of one rank, which nothing may take for a hang.
+HEALTHY_PAUSES = frozenset({FaultKind.COMPUTE, FaultKind.WRITE})
+#: Faults of a whole pod, not of one of its ranks: the pod is what a report names (a lost or frozen
+#: node's peers write for it; a stopped pod's failure is the pod's, its workers are victims).
+POD_FAULTS = frozenset({FaultKind.VANISH, FaultKind.FREEZE, FaultKind.PREEMPT})
 
 
 class Communication(enum.StrEnum):
@@ -90,9 +106,6 @@ FROZEN_POD_FILE = "frozen_pod"
 LOST_NODE_FILE = "lost_node"
 #: Written by the faulty worker of a ``PREEMPT``: the simulator then stops that pod as a kubelet would.
 PREEMPT_REQUEST_FILE = "preempt_pod"
-#: How many SIGTERMs the kubelet's stand-in sends at once (``Fault.signals``; a second one is what a
-#: user's ``kubectl delete`` on top of a drain sends).
-PREEMPT_SIGNALS_FILE = "preempt_signals"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +123,14 @@ class Fault:
     #: What every worker's training step communicates with (:class:`Communication`): a HANG then
     #: leaves its peers waiting in that call.
     communication: str = "all_reduce"
-    #: PREEMPT only: how many SIGTERMs the pod's main process gets
+    #: PREEMPT, or any fault with ``sigterm_after_s``: how many SIGTERMs the pod's main process gets
+    #: (a second one is what a ``kubectl delete`` on top of a drain sends)
     signals: int = 1
+    #: any other kind: the kubelet also stops the faulty pod this long after the fault (a SIGTERM that
+    #: comes while the pod writes its own failure report); ``None``: never
+    sigterm_after_s: float | None = None
+    #: COMPUTE and WRITE: how long the worker computes or writes
+    duration_s: float = 75.0
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -176,10 +195,31 @@ def vanish_pod(pod: str) -> None:
     _signal_this_pod(signal.SIGKILL)
 
 
-def ask_for_preemption(pod: str, signals: int) -> None:
+@dataclasses.dataclass(frozen=True)
+class PreemptRequest:
+    """A worker's request that the simulator stop its pod as the kubelet would (``pods.PodWatch``):
+    ``signals`` SIGTERMs to the pod's main process at ``due_s`` (wall clock), SIGKILL after the grace."""
+
+    pod: str
+    signals: int = 1
+    due_s: float = 0.0
+
+    def write(self, sim_dir: Path) -> None:
+        tmp = sim_dir / f"{PREEMPT_REQUEST_FILE}.tmp"
+        tmp.write_text(json.dumps(dataclasses.asdict(self)))
+        tmp.replace(sim_dir / PREEMPT_REQUEST_FILE)
+
+    @classmethod
+    def read(cls, sim_dir: Path) -> PreemptRequest | None:
+        try:
+            return cls(**json.loads((sim_dir / PREEMPT_REQUEST_FILE).read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+
+def ask_for_preemption(pod: str, signals: int, after_s: float = 0.0) -> None:
     """Ask the simulator to stop this pod as its kubelet would for a preemption (see ``pods.PodWatch``)."""
-    (_sim_dir() / PREEMPT_SIGNALS_FILE).write_text(str(signals))
-    (_sim_dir() / PREEMPT_REQUEST_FILE).write_text(pod)
+    PreemptRequest(pod, signals, time.time() + after_s).write(_sim_dir())
 
 
 def freeze_pod(pod: str) -> None:
@@ -188,6 +228,44 @@ def freeze_pod(pod: str) -> None:
     connection, and nothing of the pod answers, beats or reports any more."""
     (_sim_dir() / FROZEN_POD_FILE).write_text(pod)
     _signal_this_pod(signal.SIGSTOP)
+
+
+def receive_from_next_rank() -> None:
+    """Block in ``torch.distributed.recv`` from the next global rank, which never sends (it waits in
+    the step's collective for this rank): until the process group's timeout."""
+    import torch
+    import torch.distributed as dist
+
+    dist.recv(torch.empty(1), src=(dist.get_rank() + 1) % dist.get_world_size())
+
+
+def compute_for(seconds: float) -> None:
+    """Keep one core busy for ``seconds`` (matrix products), as an evaluation or a serialisation does."""
+    import torch
+
+    deadline, product = time.monotonic() + seconds, torch.rand(128, 128)
+    while time.monotonic() < deadline:
+        product = (product @ product).clamp_(-1.0, 1.0)
+
+
+#: WRITE's pace: a chunk of this many bytes every :data:`WRITE_PAUSE_S` (about 4 MB/s, as to a slow
+#: network filesystem: a few milliseconds of CPU a second, so only the I/O shows the progress).
+WRITE_CHUNK_BYTES = 1 << 20
+WRITE_PAUSE_S = 0.25
+
+
+def write_for(seconds: float, path: Path) -> None:
+    """Write ``path`` for ``seconds`` at a slow device's pace (each chunk flushed to the disk), then remove it."""
+    chunk, deadline = os.urandom(WRITE_CHUNK_BYTES), time.monotonic() + seconds
+    try:
+        with open(path, "wb") as handle:
+            while time.monotonic() < deadline:
+                handle.write(chunk)
+                handle.flush()
+                os.fsync(handle.fileno())
+                time.sleep(WRITE_PAUSE_S)
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def maybe_inject(step: int, pod: str, local_rank: int) -> None:
@@ -205,6 +283,8 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         if fault.pod not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
             (_sim_dir() / FAULTY_POD_FILE).write_text(pod)
         record_fault_time(fault_file)
+        if fault.sigterm_after_s is not None and fault.kind != FaultKind.PREEMPT:
+            ask_for_preemption(pod, fault.signals, fault.sigterm_after_s)
         if fault.kind in (FaultKind.RAISE, FaultKind.ORDERING):
             raise RuntimeError(f"{INJECTED_MESSAGE} on {pod} local rank {local_rank} at step {step}")
         if fault.kind == FaultKind.SIGKILL:
@@ -225,6 +305,12 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):
             while True:
                 time.sleep(3600)
+        if fault.kind == FaultKind.RECV_HANG:
+            receive_from_next_rank()
+        if fault.kind == FaultKind.COMPUTE:
+            compute_for(fault.duration_s)
+        if fault.kind == FaultKind.WRITE:
+            write_for(fault.duration_s, _sim_dir() / f"large-file-{pod}-{local_rank}.bin")
     if fault.kind == FaultKind.ORDERING and (pod, local_rank) == (fault.second_pod, fault.second_local_rank):
         # off any collective, so this is an independent failure, not a victim of the first one;
         # timed from the first worker's *recorded* error (its error file, written complete), so a

@@ -22,15 +22,13 @@ from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
 from rootcause_harness.faults import (
     CLOCK_OFFSET_VARIABLE,
-    FAULT_TIME_FILE,
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
     LOST_NODE_FILE,
     PREEMPT_REQUEST_FILE,
-    PREEMPT_SIGNALS_FILE,
     SKEWED_CLOCK_DIR,
     Fault,
-    record_fault_time,
+    PreemptRequest,
 )
 from rootcause_harness.loopback import bound_dns_waits
 from rootcause_harness.operator import Operator
@@ -134,9 +132,10 @@ class PodWatch:
 
     - A pod's main process is its container's first process: when it exits, the container ends and
       every process left in it is killed.
-    - A pod asked to be preempted (a worker wrote :data:`~.faults.PREEMPT_REQUEST_FILE`, as a spot
-      reclaim, a drain or an eviction would strike it) gets SIGTERM on its main process, as the
-      kubelet sends it, and SIGKILL on every process ``grace_s`` later if still running.
+    - A pod asked to be preempted (a worker wrote a :class:`~.faults.PreemptRequest`, as a spot
+      reclaim, a drain or an eviction would strike it) gets SIGTERM on its main process when the
+      request is due, as the kubelet sends it, and SIGKILL on every process ``grace_s`` later if
+      still running.
     - A frozen pod (:data:`~.faults.FROZEN_POD_FILE`) never exits: it is not waited for, and deleted
       once the others are done. A pod on a lost node (:data:`~.faults.LOST_NODE_FILE`) and a frozen
       one are *silent*: their kubelet reports nothing, so the operator does not count their exits.
@@ -164,17 +163,13 @@ class PodWatch:
             self.operator.pod_exited(result.name, result.returncode, reported=not self.silent(result.name))
 
     def preempt_due(self, pods: list[Pod]) -> None:
-        """SIGTERM a pod whose preemption was asked for; SIGKILL one whose grace ran out."""
-        request = self.sim_dir / PREEMPT_REQUEST_FILE
-        if request.exists():
-            wanted = _read_name(request)
-            request.unlink(missing_ok=True)
+        """SIGTERM a pod whose preemption was asked for and is due; SIGKILL one whose grace ran out."""
+        request = PreemptRequest.read(self.sim_dir)
+        if request is not None and time.time() >= request.due_s:
+            (self.sim_dir / PREEMPT_REQUEST_FILE).unlink(missing_ok=True)
             for name, proc, _ in pods:
-                if name == wanted and proc.poll() is None:
-                    signals = int((self.sim_dir / PREEMPT_SIGNALS_FILE).read_text() or 1) if (
-                        self.sim_dir / PREEMPT_SIGNALS_FILE).exists() else 1
-                    record_fault_time(self.sim_dir / FAULT_TIME_FILE)
-                    for _ in range(signals):
+                if name == request.pod and proc.poll() is None:
+                    for _ in range(request.signals):
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(proc.pid, signal.SIGTERM)
                     self._preempting.setdefault(name, _Preemption(name, time.monotonic() + self.grace_s))

@@ -28,6 +28,9 @@ from rootcause_harness.faults import (
 COLLECTIVE_TIMEOUT_S = 20
 #: The collective timeout of the hung-rank tasks: short, so a hang surfaces in seconds.
 SHORT_COLLECTIVE_TIMEOUT_S = 3
+#: The collective timeout users run (gloo's default, and what large NCCL jobs set so that a checkpoint
+#: or a rank-0 evaluation never trips it): a hang surfaces only through the hang watch.
+LONG_COLLECTIVE_TIMEOUT_S = 1800
 #: How long the test-only tasks' workers wait for each other to form the default group (they fork,
 #: so they reach it within moments of each other): short, so a rank that never comes surfaces fast.
 SHORT_INIT_TIMEOUT_S = 15

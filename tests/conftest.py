@@ -24,6 +24,10 @@ from rootcause_harness.loopback import bound_dns_waits
 from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
 
 bound_dns_waits(os.environ)  # before any test starts a process: they all inherit it
+# gcsfs reads this once, when it is first imported (a test module may import it at collection, before
+# any store fixture sets it): unset, every gcsfs instance first waits up to 60 s on a gRPC probe of
+# the bucket's type, which the loopback fake-gcs-server never answers
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 settings.register_profile("rootcause", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rootcause")

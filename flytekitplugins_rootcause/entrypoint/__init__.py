@@ -7,7 +7,8 @@ absent:
 - :mod:`.command`: the click command (flytekit's callback, with its error-file hooks swapped);
 - :mod:`.error_documents`: what goes in the document, its name, and whether to write ours at all
   (one plan per exception, made from the exception);
-- :mod:`.error_upload`: the writes themselves (one store call each, create-if-absent).
+- :mod:`.error_upload`: the writes themselves (each file on its own, create-if-absent, retried under one
+  deadline by :mod:`rootcause_core.store_retry`) and which failed write fails the pod.
 
 May import: the shared core (which holds the listing key's rule, so a name's key is what the reader
 will parse without this package importing ``backend_reader``), flytekit,

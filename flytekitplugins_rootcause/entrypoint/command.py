@@ -7,8 +7,9 @@ because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execut
 (:func:`flytekitplugins_rootcause.entrypoint.error_documents.decide_policy`):
 
 - named: staged under a private name, then written as ``error-<worker>-<uuid>.<listing key>.pb`` and/or created
-  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file with one
-  store call, instead of riding along in flytekit's recursive engine-folder upload;
+  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file on its
+  own, retried with backoff while the store answers "not now" (429, 503) under one deadline for the pod,
+  instead of riding along in flytekit's recursive engine-folder upload;
 - stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
   the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first), all from
   one plan per exception (:class:`~flytekitplugins_rootcause.entrypoint.error_documents.ErrorDocumentPlanner`),
@@ -23,9 +24,14 @@ flytekit names those are, and the swapping itself, is
 version when this module is imported). A plain ``@task`` (no strategy variable, no
 ``ElasticRootCause`` config) runs through flytekit untouched.
 
-If an error file cannot be written, the command prints one line per file naming the path and the
-reason on stderr and exits with :data:`WRITE_FAILED_EXIT_CODE`, so the pod fails visibly instead of
-"succeeding" with nothing for Flyte to read.
+The exit status follows from how Flyte reads a distributed job's errors: the training operator marks
+a PyTorchJob Failed as soon as one pod exits non-zero, and Flyte then reads no error document at
+all; it reads them only from a job marked Succeeded. So once this pod's error document is written
+the command exits 0, as ``pyflyte-execute`` does, even if a best-effort file failed (``error.pb``
+beside the per-worker file, a lost peer's document). Every file that could not be written is
+printed as one line on stderr: the path, the reason, and how many tries took how long. Only a pod
+that could write no document at all exits with :data:`WRITE_FAILED_EXIT_CODE`, so it fails visibly
+instead of "succeeding" with nothing for Flyte to read.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from flytekit.loggers import logger
 
 from flytekitplugins_rootcause.entrypoint.error_documents import (
     DIST_ERROR_STRATEGY_ENV_VARS,
+    ErrorDocumentPlan,
     ErrorDocumentPlanner,
     ErrorFilePolicy,
     decide_policy,
@@ -53,20 +60,34 @@ from flytekitplugins_rootcause.entrypoint.error_documents import (
 from flytekitplugins_rootcause.entrypoint.error_upload import (
     ErrorDocumentWriteError,
     FilesystemSource,
+    WriteFailure,
     WriteOutcome,
     write_error_documents,
 )
+from flytekitplugins_rootcause.entrypoint.root_cause_wait import (
+    await_root_cause_document,
+    list_names,
+    only_a_victim_named,
+    root_cause_wait_s,
+)
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from rootcause_core.store_retry import deadline_inside
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
-from rootcause_engine.agent.failure_sink import failure_sink
+from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, failure_sink
 
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
 
-#: Exit status when an error document could not be written (1 is an uncaught exception, 2 a usage
-#: error in click): the pod fails, and its log says which file and why.
+#: Exit status when no error document could be written at all (1 is an uncaught exception, 2 a usage
+#: error in click): the pod fails, and its log says which files and why. A pod that wrote its own
+#: document exits 0 even if another file failed: a non-zero exit fails the PyTorchJob, and Flyte
+#: reads no error document of a failed job.
 WRITE_FAILED_EXIT_CODE = 3
+
+#: Seconds the watchdog's last-resort writer gives its writes: the failure sink abandons it after
+#: ``DEFAULT_SINK_TIMEOUT_S``, and a write given up on in time is still logged with its reason.
+LAST_RESORT_DEADLINE_S = deadline_inside(DEFAULT_SINK_TIMEOUT_S)
 
 #: Name of the error document inside flytekit's engine folder, before it is moved out.
 STAGED_ERROR_FILE_NAME = ".rootcause-staged-error.pb"
@@ -130,6 +151,8 @@ class _ErrorFileRouter:
     planner: ErrorDocumentPlanner
     policy: ErrorFilePolicy
     filesystems: FilesystemSource
+    #: how long a pod whose document is a victim's waits for one naming the root cause (``None``: not at all)
+    root_cause_wait_s: float | None = None
 
     def __call__(self, local_path: Any, remote_path: str, is_multipart: bool = False, **kwargs: Any) -> Any:
         staged = os.path.join(self.engine_dir, STAGED_ERROR_FILE_NAME)
@@ -140,11 +163,44 @@ class _ErrorFileRouter:
                 document = handle.read()
             os.remove(staged)
             plan = self.planner.staged_plan()
-            _log_outcome(write_error_documents(remote_path, document, self.worker, plan, self.policy, self.filesystems))
+            if self.root_cause_wait_s is not None and only_a_victim_named(plan):
+                _victim_writes(self, remote_path, document, plan, self.root_cause_wait_s)
+            else:
+                _log_outcome(
+                    write_error_documents(remote_path, document, self.worker, plan, self.policy, self.filesystems)
+                )
             _FAILURE_DOCUMENTED.set()
         if not os.listdir(self.engine_dir):
             return remote_path  # flytekit would have uploaded only the error document
         return self.put_data(local_path, remote_path, is_multipart=is_multipart, **kwargs)
+
+
+def _victim_writes(router: _ErrorFileRouter, prefix: str, document: bytes, plan: ErrorDocumentPlan | None,
+                   wait_s: float) -> None:
+    """Write a document that names only victims so that it never decides what the console shows.
+
+    The console reads what the prefix holds when the first pod exits, with the earliest timestamp
+    (aggregation) or ``error.pb`` alone: this pod's own file is written at once, but ``error.pb`` is
+    left to the culprit's pod, and this pod waits (up to ``wait_s``) until a document that can name
+    the root cause, and ``error.pb`` if it is to exist, are there. Only when none came does this
+    pod create ``error.pb`` with its own document, so that a backend reading only that file finds one.
+    """
+    policy = router.policy
+    own = dataclasses.replace(policy, error_pb_if_absent=False)
+    if own.per_worker_files:
+        _log_outcome(write_error_documents(prefix, document, router.worker, plan, own, router.filesystems))
+    names = lambda: list_names(prefix, router.filesystems)  # noqa: E731
+    if not await_root_cause_document(names, bound_s=wait_s, with_error_pb=policy.error_pb_if_absent) and (
+        policy.error_pb_if_absent
+    ):
+        shared_only = ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=True)
+        _log_outcome(write_error_documents(prefix, document, router.worker, plan, shared_only, router.filesystems))
+
+
+def _report_failures(failures: tuple[WriteFailure, ...]) -> None:
+    """One line per file not written, on stderr (where a pod's log is read first), never a traceback."""
+    for failure in failures:
+        click.echo(f"{PATCHED_ENTRYPOINT}: {failure.describe()}", err=True)
 
 
 def _log_outcome(outcome: WriteOutcome) -> None:
@@ -152,8 +208,9 @@ def _log_outcome(outcome: WriteOutcome) -> None:
         logger.info(f"Wrote error document {outcome.per_worker_path}")
     if outcome.shared_created:
         logger.info(f"Created {outcome.shared_path} (this pod's error is the first one there)")
-    elif outcome.shared_path is not None:
+    elif outcome.shared_created is False:
         logger.info(f"Left {outcome.shared_path} as it was: another pod's error was written there first")
+    _report_failures(outcome.failures)
 
 
 def _dispatch_execute(
@@ -185,12 +242,16 @@ def _dispatch_execute(
         planner=planner,
         policy=policy,
         filesystems=file_access,
+        root_cause_wait_s=root_cause_wait_s(loaded.root_cause_config),
     )
 
     def write_last_resort(error: BaseException) -> None:
         """For the agent watchdog: write this pod's error files for ``error`` before it exits."""
         plan, document = last_resort_document(error, document_worker)
-        _log_outcome(write_error_documents(output_prefix, document, worker, plan, policy, file_access))
+        outcome = write_error_documents(
+            output_prefix, document, worker, plan, policy, file_access, deadline_s=LAST_RESORT_DEADLINE_S
+        )
+        _log_outcome(outcome)
 
     with (
         flytekit_entrypoint.error_document_hooks(
@@ -205,7 +266,7 @@ def _dispatch_execute(
         return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 
 
-#: Set once this pod's error documents are written (they are the last thing the pod owes anyone).
+#: Set once this pod's error document is written (the last thing the pod owes anyone): the pod exits 0.
 _FAILURE_DOCUMENTED = threading.Event()
 
 
@@ -232,8 +293,7 @@ def _execute(**params: Any) -> None:
         with flytekit_entrypoint.dispatch_execute_replaced(_dispatch_execute):
             _FLYTEKIT_COMMAND.callback(**params)  # type: ignore[misc]
     except ErrorDocumentWriteError as error:
-        for failure in error.failures:
-            click.echo(f"{PATCHED_ENTRYPOINT}: {failure.describe()}", err=True)
+        _report_failures(error.failures)
         sys.exit(WRITE_FAILED_EXIT_CODE)
     if _FAILURE_DOCUMENTED.is_set():
         _exit_now(0)  # flytekit's exit status for a task whose error document was written

@@ -1,4 +1,4 @@
-"""Write a failing pod's error documents to the output prefix, one store call per file.
+"""Write a failing pod's error documents to the output prefix, each file on its own, under one deadline.
 
 flytekit uploads its engine folder with a recursive put, which overwrites whatever is there; that
 is how the last pod's ``error.pb`` ends up replacing the first pod's. Here each file is written on
@@ -15,19 +15,38 @@ its own:
 Remote filesystems come from flytekit's ``FileAccessProvider`` (the async instance flytekit itself
 uses, on flytekit's event loop), so the credentials and endpoints Flyte configured for the task
 (``FLYTE_AWS_*``, gcsfs defaults, fsspec config) apply unchanged.
-Any failure is collected with its path and reason and raised as :class:`ErrorDocumentWriteError`
-after every file was tried: a pod must never lose its error silently.
+
+Every failing pod of a job writes at the same moment, which is when a store throttles (429, 503
+``SlowDown``). Each write is therefore retried with exponential backoff and jitter while the store's
+answer is transient, all of one pod's writes under one deadline
+(:mod:`rootcause_core.store_retry`, ``DEADLINE_S``); each request is bounded by the time left, so a
+store that never answers cannot hold the pod past it. The pod's own document goes first and gets
+the whole deadline; the best-effort files after it get what is left. A create-if-absent retried
+after a lost answer may find its own earlier try's object and report it as another pod's: the
+document is there either way.
+
+A failed file is collected with its path, reason, tries and time (:class:`WriteFailure`); every file
+gets its turn (one whose turn comes after the deadline is reported as not tried). Once one document
+is in place for Flyte to read (the pod's per-worker file, normally; ``error.pb`` for a policy that
+writes only that file, created or already there from another pod; failing those, a lost peer's
+document or ``error.pb``) the pod has done what a failing pod owes, and the files that failed come
+back in ``WriteOutcome.failures`` for the log: the entrypoint then exits 0, because Flyte reads error
+documents only of a job the training operator marked Succeeded, and one pod exiting non-zero marks
+it Failed. Only when no file could be written are the failures raised together as
+:class:`ErrorDocumentWriteError`: a pod must never lose its error silently.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import os
-import time
 import uuid
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from flytekit.utils.asyn import loop_manager
 from fsspec.asyn import AsyncFileSystem
@@ -40,28 +59,35 @@ from flytekitplugins_rootcause.entrypoint.error_documents import (
 )
 from rootcause_core import store_paths
 from rootcause_core.error_files import ERROR_FILE_NAME
+from rootcause_core.store_retry import Deadline, GaveUp, call_with_retries, store_answer
+
+T = TypeVar("T")
 
 _MAX_REASON_LENGTH = 300
-#: Tries of a create-if-absent that S3 answered with a write conflict, and the backoff step between.
-_CONFLICT_ATTEMPTS = 5
-_CONFLICT_BACKOFF_S = 0.05
 #: errnos meaning "this filesystem cannot hard-link": fall back to an exclusive open.
 _NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK})
 
 
 @dataclasses.dataclass(frozen=True)
 class WriteFailure:
-    """One error file that could not be written, and why (one line, for stderr)."""
+    """One error file that could not be written, why, and how hard it was tried (one line, for stderr)."""
 
     path: str
     reason: str
+    tries: int
+    elapsed_s: float
+    ending: str  # how the tries ended (``GaveUp.summary``): "1 try in 0.1 s, not retried: ..."
+
+    @classmethod
+    def gave_up(cls, path: str, gave_up: GaveUp) -> WriteFailure:
+        return cls(path, _reason(gave_up.error), gave_up.tries, gave_up.elapsed_s, gave_up.summary())
 
     def describe(self) -> str:
-        return f"could not write error document {self.path}: {self.reason}"
+        return f"could not write error document {self.path}: {self.reason} [{self.ending}]"
 
 
 class ErrorDocumentWriteError(Exception):
-    """At least one error file could not be written; ``failures`` says which and why."""
+    """No error file could be written at all; ``failures`` says which files failed and why."""
 
     def __init__(self, failures: tuple[WriteFailure, ...]) -> None:
         self.failures = failures
@@ -70,31 +96,39 @@ class ErrorDocumentWriteError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class WriteOutcome:
-    """What was written: the per-worker file, and whether this pod created ``error.pb``."""
+    """What was written: the per-worker file, whether this pod created ``error.pb``, what failed.
 
-    per_worker_path: str | None
-    shared_path: str | None
-    shared_created: bool | None  # None: not attempted; False: another pod created it first
+    Returned once at least one file was written; ``failures`` are the files that were not (they are
+    logged, and do not fail the pod).
+    """
+
+    per_worker_path: str | None  # None: the policy writes none, or it failed (see ``failures``)
+    shared_path: str | None  # None: the policy writes none
+    shared_created: bool | None  # None: not attempted or failed; False: another pod created it first
+    failures: tuple[WriteFailure, ...] = ()
 
 
 class ErrorStore(Protocol):
-    """The two writes error documents need; ``path`` is a full path or URL."""
+    """The two writes error documents need; ``path`` is a full path or URL.
 
-    def put(self, path: str, data: bytes) -> None: ...
+    ``timeout_s`` bounds one request (the time left before the pod's deadline); ``None``: unbounded.
+    """
 
-    def create(self, path: str, data: bytes) -> bool:
+    def put(self, path: str, data: bytes, timeout_s: float | None = None) -> None: ...
+
+    def create(self, path: str, data: bytes, timeout_s: float | None = None) -> bool:
         """Write only if ``path`` does not exist, atomically; False when it already existed."""
         ...
 
 
 class LocalErrorStore:
-    """A local folder (Flyte's local runs, tests, mounted volumes)."""
+    """A local folder (Flyte's local runs, tests, mounted volumes); local writes take no timeout."""
 
-    def put(self, path: str, data: bytes) -> None:
+    def put(self, path: str, data: bytes, timeout_s: float | None = None) -> None:
         temporary = self._write_temporary(path, data)
         os.replace(temporary, path)
 
-    def create(self, path: str, data: bytes) -> bool:
+    def create(self, path: str, data: bytes, timeout_s: float | None = None) -> bool:
         temporary = self._write_temporary(path, data)
         try:
             os.link(temporary, path)
@@ -140,42 +174,30 @@ class FsspecErrorStore:
     def __init__(self, filesystems: FilesystemSource) -> None:
         self._filesystems = filesystems
 
-    def put(self, path: str, data: bytes) -> None:
-        loop_manager.run_sync(self._pipe, path, data, "overwrite")
+    def put(self, path: str, data: bytes, timeout_s: float | None = None) -> None:
+        loop_manager.run_sync(self._pipe, path, data, "overwrite", timeout_s)
 
-    def create(self, path: str, data: bytes) -> bool:
-        attempt = 1
-        while True:
-            try:
-                loop_manager.run_sync(self._pipe, path, data, "create")
-                return True
-            except FileExistsError:
-                return False
-            except OSError as error:
-                if attempt >= _CONFLICT_ATTEMPTS or not is_write_conflict(error):
-                    raise
-            time.sleep(_CONFLICT_BACKOFF_S * attempt)
-            attempt += 1
+    def create(self, path: str, data: bytes, timeout_s: float | None = None) -> bool:
+        try:
+            loop_manager.run_sync(self._pipe, path, data, "create", timeout_s)
+        except FileExistsError:
+            return False
+        return True
 
-    async def _pipe(self, path: str, data: bytes, mode: str) -> None:
+    async def _pipe(self, path: str, data: bytes, mode: str, timeout_s: float | None) -> None:
+        """One request; past ``timeout_s`` it is cancelled and raises ``TimeoutError``."""
         fs = await self._filesystems.get_async_filesystem_for_path(path)
         if isinstance(fs, AsyncFileSystem):
-            await fs._pipe_file(path, data, mode=mode)
+            bound = asyncio.timeout(timeout_s)
+            try:
+                async with bound:
+                    await fs._pipe_file(path, data, mode=mode)
+            except TimeoutError:
+                if not bound.expired():
+                    raise  # the client's own timeout, with its own words
+                raise TimeoutError(f"no answer within the {timeout_s:.1f} s left before the deadline") from None
         else:
-            fs.pipe_file(path, data, mode=mode)
-
-
-def is_write_conflict(error: BaseException) -> bool:
-    """S3's answer to a conditional write racing another one on the same key (409).
-
-    AWS S3 may answer ``409 ConditionalRequestConflict`` instead of ``412`` while a concurrent
-    conditional write is in flight; the request is to be retried, and then finds the winner's object
-    (``FileExistsError``). s3fs turns it into a plain ``OSError`` whose cause is botocore's error.
-    """
-    response = getattr(error.__cause__, "response", None) or {}
-    code = response.get("Error", {}).get("Code")
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return code == "ConditionalRequestConflict" or (code is None and status == 409)
+            fs.pipe_file(path, data, mode=mode)  # a blocking filesystem cannot be bounded from here
 
 
 class FilesystemSource(Protocol):
@@ -223,8 +245,18 @@ _HINTS: tuple[tuple[type[BaseException], str], ...] = (
 def _reason(error: BaseException) -> str:
     text = " ".join(str(error).split()) or "no details"
     hint = next((hint for kind, hint in _HINTS if isinstance(error, kind)), None)
-    line = f"{type(error).__name__}: {hint} ({text})" if hint else f"{type(error).__name__}: {text}"
+    answer = store_answer(error)
+    kind = f"{type(error).__name__} ({answer})" if answer else type(error).__name__
+    line = f"{kind}: {hint} ({text})" if hint else f"{kind}: {text}"
     return line if len(line) <= _MAX_REASON_LENGTH else line[: _MAX_REASON_LENGTH - 3] + "..."
+
+
+def _tried(path: str, write: Callable[[float], T], deadline: Deadline) -> tuple[T | None, WriteFailure | None]:
+    """``write(seconds_left)`` with retries under ``deadline``: its result, or why it failed."""
+    try:
+        return call_with_retries(write, deadline), None
+    except GaveUp as gave_up:
+        return None, WriteFailure.gave_up(path, gave_up)
 
 
 def write_error_documents(
@@ -234,8 +266,10 @@ def write_error_documents(
     plan: ErrorDocumentPlan | None,
     policy: ErrorFilePolicy,
     filesystems: FilesystemSource,
+    deadline_s: float | None = None,
 ) -> WriteOutcome:
-    """Write ``document`` (a serialized ``ErrorDocument``) as ``policy`` says; raise if any write fails.
+    """Write ``document`` (a serialized ``ErrorDocument``) as ``policy`` says; raise only if no file
+    could be written (:class:`ErrorDocumentWriteError`), else return what failed with what was written.
 
     ``plan`` is the document's (``error_documents.ErrorDocumentPlan``): its listing key names the
     per-worker file, and its documents for the peers this pod found lost are written too. ``None``
@@ -247,10 +281,15 @@ def write_error_documents(
     documents follow, each named for its peer. ``error.pb`` (for backends that read only that file)
     gets the document of the first lost peer when there is one: this pod's own document then names
     only a victim.
+
+    All the writes share one deadline of ``deadline_s`` (``store_retry.DEADLINE_S`` when ``None``):
+    the last-resort writer, which runs under the failure sink's time limit, passes a shorter one.
     """
     failures: list[WriteFailure] = []
     per_worker_path = shared_path = None
     shared_created: bool | None = None
+    documented = False  # some file Flyte reads is in place: this pod's, a lost peer's, or error.pb
+    deadline = Deadline(deadline_s)
     store = store_for(output_prefix, filesystems)
     written_for_lost = plan.lost_peer_documents if plan is not None else ()
     if policy.per_worker_files:
@@ -261,16 +300,20 @@ def write_error_documents(
             for lost in written_for_lost
         ]
         for path, data in writes:
-            try:
-                store.put(path, data)
-            except Exception as error:
-                failures.append(WriteFailure(path, _reason(error)))
+            _, failure = _tried(path, functools.partial(store.put, path, data), deadline)
+            if failure is not None:
+                failures.append(failure)
+                if path == per_worker_path:
+                    per_worker_path = None
+            documented = documented or failure is None
     if policy.error_pb_if_absent:
         shared_path = join(output_prefix, ERROR_FILE_NAME)
-        try:
-            shared_created = store.create(shared_path, written_for_lost[0].data if written_for_lost else document)
-        except Exception as error:
-            failures.append(WriteFailure(shared_path, _reason(error)))
-    if failures:
+        shared_data = written_for_lost[0].data if written_for_lost else document
+        create = functools.partial(store.create, shared_path, shared_data)
+        shared_created, failure = _tried(shared_path, create, deadline)
+        if failure is not None:
+            failures.append(failure)
+        documented = documented or failure is None  # created, or another pod's error is there first
+    if failures and not documented:
         raise ErrorDocumentWriteError(tuple(failures))
-    return WriteOutcome(per_worker_path, shared_path, shared_created)
+    return WriteOutcome(per_worker_path, shared_path, shared_created, tuple(failures))

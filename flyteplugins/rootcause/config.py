@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from flyteplugins.pytorch.task import Elastic
 
-from rootcause_engine.agent.agreement import DEFAULT_AGREEMENT_TIMEOUT_S
+from flyteplugins.rootcause.upstream import check_flyte
 from rootcause_engine.settings import DEFAULT_MONITOR_INTERVAL_S, RootCauseSettings
 
 
@@ -29,23 +29,23 @@ class ElasticRootCause(RootCauseSettings, Elastic):
     :class:`rootcause_engine.settings.RootCauseSettings`'s, keyword-only: ``teardown_grace_s``,
     ``straggler_check``, the agent watchdog's, ``collective_timeout_s``, ``unbuffered_output``,
     ``hang_probe``, ``flight_recorder_entries``, ``restart_policy``, ``soft_restart_timeout_s``,
-    ``lost_after_s``, ``heartbeat_interval_s``; here ``collective_timeout_s`` covers every backend
-    where ``Elastic.nccl_collective_timeout_sec`` sets NCCL's only, the agent watchdog replaces the
-    zombie watchdog's silent ``os._exit(1)`` and writes the agreed root cause to ``error.pb``, and the
-    straggler check's ``action="fail"`` raises a ``NonRecoverableError``):
+    ``lost_after_s``, ``heartbeat_interval_s``, ``agreement_timeout_s``, ``rank_0_outputs_timeout_s``,
+    ``hang_after_s``, ``hang_idle_cpu_fraction``; here
+    ``collective_timeout_s`` covers every backend where ``Elastic.nccl_collective_timeout_sec`` sets
+    NCCL's only, the agent watchdog replaces the zombie watchdog's silent ``os._exit(1)`` and writes
+    the agreed root cause to ``error.pb``, and the straggler check's ``action="fail"`` raises a
+    ``NonRecoverableError``):
         monitor_interval: seconds between the agent's health checks (``Elastic``'s default is 3).
-        agreement_timeout_s: how long a failing pod waits for the other failing pods' word before it
-            writes the report made of the words it has (``rootcause_engine.agent.agreement``).
     """
 
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
-    agreement_timeout_s: float = DEFAULT_AGREEMENT_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        # the task is defined here (TaskEnvironment(plugin_config=...)): an unsupported flyte or
+        # flyteplugins-pytorch is refused now, not in the pods of a job already launched
+        check_flyte()
         if isinstance(self.nproc_per_node, bool) or not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1:
             raise ValueError(f"nproc_per_node must be a whole number >= 1, got {self.nproc_per_node!r}")
-        if self.agreement_timeout_s <= 0:
-            raise ValueError(f"agreement_timeout_s must be > 0 seconds, got {self.agreement_timeout_s!r}")
         if self.nccl_heartbeat_timeout_sec is not None and self.nccl_heartbeat_timeout_sec <= 0:
             raise ValueError(
                 f"nccl_heartbeat_timeout_sec must be > 0 seconds or None, got {self.nccl_heartbeat_timeout_sec!r}"

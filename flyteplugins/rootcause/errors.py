@@ -13,11 +13,15 @@ from flyte.errors import NonRecoverableError, RuntimeSystemError, RuntimeUserErr
 
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
+from rootcause_engine.agent.rank_0_outputs import MissingRank0Outputs
 
 #: ``ContainerError.code`` of an agreed root cause (the UI shows it beside the message).
 ERROR_CODE = "ElasticRootCause"
 #: ``ContainerError.code`` of a hung agent none of whose workers failed.
 AGENT_HUNG_CODE = "ElasticAgentHung"
+#: ``ContainerError.code`` of a pod without rank 0 whose launch succeeded, when rank 0's pod wrote
+#: neither ``outputs.pb`` nor ``error.pb`` in time.
+RANK_0_OUTPUTS_MISSING_CODE = "Rank0OutputsMissing"
 
 
 class ElasticRootCauseError(NonRecoverableError):
@@ -44,6 +48,18 @@ class AgentHungError(RuntimeSystemError):
     def __init__(self, diagnosis: Diagnosis) -> None:
         super().__init__(AGENT_HUNG_CODE, diagnosis.report)
         self.diagnosis = diagnosis
+
+
+class Rank0OutputsMissingError(RuntimeSystemError):
+    """The launch succeeded, but the pod holding global rank 0 wrote neither ``outputs.pb`` nor
+    ``error.pb`` in time (it died or vanished after training): raised by a pod without rank 0, which
+    would otherwise exit 0 and let the job read as succeeded with its outputs missing. A system
+    error, so Flyte 2 retries it: the training itself did not fail
+    (:mod:`flyteplugins.rootcause.rank_0_outputs`)."""
+
+    def __init__(self, missing: MissingRank0Outputs) -> None:
+        super().__init__(RANK_0_OUTPUTS_MISSING_CODE, missing.message, missing.worker)
+        self.missing = missing
 
 
 def root_cause_error(agreed: AgreedReport) -> ElasticRootCauseError | ElasticRootCauseRecoverableError:

@@ -5,14 +5,23 @@ The page is the engine's (:mod:`rootcause_engine.agent.diagnosis.timeline_page`,
 flytekit's Deck): every failure of every pod that agreed, on one time axis, the root cause marked.
 Each failing pod flushes the same page (it is made of the same agreed report), so which pod's flush
 lands last does not matter, as for ``error.pb``.
+
+The action has one ``report.html``, and a flush replaces it with the flushing process's tabs; rank
+0's workers flush theirs (the user's, the straggler check's) before the ``a0`` process flushes the
+timeline or the soft restarts. So ``a0`` first reads the page back and keeps its tabs, its own
+after them (:func:`keep_flushed_tabs`): what the UI shows is the user's tabs and the timeline.
 """
 
 from __future__ import annotations
 
 import logging
 
+import flyte
 import flyte.report
+import flyte.storage
 
+from flyteplugins.rootcause.report_page import tabs_of_page
+from flyteplugins.rootcause.upstream import report_file
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport
 from rootcause_engine.agent.diagnosis.pipeline import RestartRow
 from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeline_html
@@ -64,11 +73,48 @@ def flush_straggler_tab(report: StragglerReport) -> None:
         logger.exception("could not flush the %s report tab", STRAGGLER_TAB)
 
 
+async def keep_flushed_tabs(report: flyte.report.Report) -> None:
+    """Put the tabs the action's ``report.html`` already holds into ``report`` (this process's), so
+    that flushing it keeps them: rank 0's workers flushed the user's tabs there, and a flush replaces
+    the whole page. A page that is not Flyte's report layout cannot be merged: it is replaced, as
+    before."""
+    tctx = flyte.ctx()
+    if not tctx:
+        return
+    path = report_file(tctx.output_path)
+    if not await flyte.storage.exists(path):
+        return  # nothing flushed yet (no worker logged a tab, or the job failed before)
+    page = b"".join([chunk async for chunk in flyte.storage.get_stream(path)]).decode("utf-8", errors="replace")
+    flushed = tabs_of_page(page)
+    if flushed is None:
+        logger.warning("%s is not a page of Flyte 2's report: this flush replaces it", path)
+        return
+    put_flushed_tabs_first(report, flushed)
+
+
+def put_flushed_tabs_first(report: flyte.report.Report, flushed: list[tuple[str, str]]) -> None:
+    """``report``'s tabs become the ``flushed`` ones, in their order, then its own.
+
+    A tab of the same name as one of this process's takes this process's content, in the flushed
+    page's place: a straggler tab rank 0 flushed is the same table, and a timeline left under the same
+    output prefix by an earlier run of the pods (a restart of the whole job) is stale.
+    """
+    own = {name: tab for name, tab in report.tabs.items() if tab.content}
+    report.tabs.clear()
+    for name, html in flushed:
+        tab = report.get_tab(name)
+        if html:
+            tab.log(html)
+    report.tabs.update(own)
+
+
 async def _publish(tab: str, html: str) -> None:
     if not html:
         return
     try:
-        flyte.report.get_tab(tab).log(html)
+        report = flyte.report.current_report()
+        report.get_tab(tab).log(html)
+        await keep_flushed_tabs(report)
         await flyte.report.flush.aio()
     except Exception:  # the report is a view: it must never replace the task's own error
         logger.exception("could not publish the %s report tab", tab)

@@ -21,12 +21,13 @@ its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint,
    fails the output's type check and the action with it.
 
 ``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
-there to observe); :mod:`flyteplugins.rootcause.simulation` runs the real launch through ``a0``.
+there to observe); :mod:`rootcause_harness.flyte2` runs the real launch through ``a0``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import tempfile
@@ -39,21 +40,24 @@ from flyte._task import P, R
 from flyte.extend import TaskPluginRegistry
 from flyteplugins.pytorch.task import TorchFunctionTask, launcher_entrypoint
 from torch.distributed import DistError
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
+from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
 from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
 from flyteplugins.rootcause.upstream import check_flyte, leave_outputs_to_rank_0, upload_error_document
+from rootcause_core.store_retry import Deadline, call_with_retries, deadline_inside
 from rootcause_core.worker_names import current_worker_name
-from rootcause_engine.agent.agreement import reach_agreement
-from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
-from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
+from rootcause_engine.agent.agreement import job_report
+from rootcause_engine.agent.diagnosis.agreed import AgreedReport
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.diagnosis.selection import RetryRule
-from rootcause_engine.agent.failure_sink import failure_sink
+from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, failure_sink
 from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.worker.process_settings import WorkerProcessSettings, agent_environment, before_user_function
@@ -82,7 +86,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         check_flyte()
         tctx = tctx.replace(data=await self.pre(*args, **kwargs))
         with ctx.replace_task_context(tctx), failure_sink(
-            lambda error: upload_error_document(error, tctx.output_path), destination=tctx.output_path
+            lambda error: _upload_last_resort(error, tctx.output_path), destination=tctx.output_path
         ):
             launch = LaunchSession(
                 self._launch_settings(), error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self)
@@ -104,11 +108,21 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                     if diagnosis is None:
                         raise
                     raise await self._raised(launch, diagnosis, straggler_file) from None
+                except SignalException:
+                    # the kubelet stopped this pod (torch's agent turned its SIGTERM into this): the
+                    # stop is the job's recoverable root cause, written before the pod exits
+                    diagnosis = launch.preempted()
+                    if diagnosis is None:
+                        raise
+                    raise await self._raised(launch, diagnosis, straggler_file) from None
                 restarts = launch.restarts()
                 if self.report and restarts:
                     self._add_straggler_tab(straggler_file)
                     await publish_restarts(restarts)
-            # rank 0 returns the task's output; a pod without it leaves outputs.pb to rank 0's
+            # rank 0 returns the task's output; a pod without it leaves outputs.pb to rank 0's, once
+            # rank 0's pod wrote it (waited for before the marking, after which error.pb is not written)
+            if 0 not in out:
+                await await_rank_0_outputs(tctx.output_path, launch.peers, self.plugin_config.rank_0_outputs_timeout_s)
             result = out[0] if 0 in out else leave_outputs_to_rank_0(out)
             await self.post(result)
         return result
@@ -170,27 +184,26 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         return error
 
 
+def _upload_last_resort(error: BaseException, output_path: str) -> None:
+    """The watchdog's ``error.pb``, retried as the flytekit entrypoint retries its writes
+    (:mod:`rootcause_core.store_retry`: backoff with jitter while the store answers "not now"), under
+    a deadline that ends before the failure sink abandons the writer, so a failure is reported with
+    its tries (``GaveUp``) rather than cut off."""
+    deadline = Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S))
+    call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
+
+
 def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask) -> Exception:
     """The job's exception for this pod's ``diagnosis``: agreed with the other failing pods (also what
     the agent watchdog hands the failure sink before it ends the pod)."""
-    if not diagnosis.failures:
-        return AgentHungError(diagnosis)
-    word = PodWord.of(current_worker_name(), diagnosis)
-    agreed = reach_agreement(
-        peers, word, timeout_s=task.plugin_config.agreement_timeout_s, retry_rule=RETRY_RULE
+    agreed = job_report(
+        diagnosis,
+        peers,
+        worker=current_worker_name(),
+        timeout_s=task.plugin_config.agreement_timeout_s,
+        retry_rule=RETRY_RULE,
     )
-    if diagnosis.trigger == Trigger.AGENT_HUNG:
-        # the agreed words hold failures, not how each pod ended: the pod whose watchdog fires says so
-        # in its own copy (the other pods' copies are the agreed text alone)
-        agreed = dataclasses.replace(agreed, message=f"{agreed.message}\n\n{WATCHDOG_NOTE}")
-    return root_cause_error(agreed)
-
-
-#: What the pod whose agent hung adds to the agreed report it writes.
-WATCHDOG_NOTE = (
-    "This pod's torch elastic agent hung after its workers failed: the agent watchdog ended the pod "
-    "after writing this report (agent_hang_timeout_s)."
-)
+    return AgentHungError(diagnosis) if agreed is None else root_cause_error(agreed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +223,7 @@ class _EngineEnvironment:
     flight_recorder_entries: int | None
     restart_policy: str
     max_restarts: int
+    hang_after_s: float | None  # each worker's progress beacon, for the hang watch
 
     @classmethod
     def of(cls, config: ElasticRootCause) -> _EngineEnvironment:
@@ -221,6 +235,7 @@ class _EngineEnvironment:
             flight_recorder_entries=config.flight_recorder_entries,
             restart_policy=config.restart_policy,
             max_restarts=config.max_restarts,
+            hang_after_s=config.hang_after_s,
         )
 
 

@@ -4,7 +4,9 @@ The task extends ``flyteplugins.pytorch``'s ``TorchFunctionTask`` (its ``pre``, 
 worker entrypoint it hands torch), and the agent watchdog's last-resort writer uses the runtime's
 own error conversion and upload (so the document it writes is the one ``a0`` would write for the
 same exception, flyteidl2's ``ErrorDocument``). These are private names: a release that renames
-them must fail with a clear message (``rootcause_engine.upstream.versions``), not write nothing.
+them must fail with a clear message (``rootcause_engine.upstream.versions``), not write nothing, and
+fail where the task is defined (:func:`check_flyte`, from ``ElasticRootCause``), not in the pods of
+a job already launched.
 A pod without rank 0 leaves the action's outputs to rank 0's pod through the runtime's own rule for
 clustered workers (:func:`leave_outputs_to_rank_0`).
 """
@@ -15,7 +17,14 @@ import asyncio
 import os
 from typing import Any
 
-from rootcause_engine.upstream.versions import Symbol, require
+from rootcause_engine.upstream import versions
+from rootcause_engine.upstream.versions import (
+    ALLOW_UNSUPPORTED_VARIABLE,
+    SUPPORTED,
+    Symbol,
+    UnsupportedUpstreamError,
+    require,
+)
 
 _TASK = "flyteplugins.pytorch.task"
 
@@ -29,26 +38,98 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol("flyte", "flyte.models", "CLUSTERED_WORKER_ENV", "marks a pod without rank 0 as a nonzero-rank worker"),
     Symbol("flyte", "flyte._internal.runtime.io", "_is_nonzero_rank_clustered_worker",
            "skips the outputs.pb and error.pb of a nonzero-rank worker"),
+    Symbol("flyte", "flyte._internal.runtime.io", "report_path",
+           "reads back to keep the report tabs that rank 0's workers flushed"),
 )
+
+#: This front-end's distribution: the refusal names it (the engine's own messages name the flytekit one).
+DISTRIBUTION = "flyteplugins-rootcause"
+#: The upstream distributions this front-end reads internals of (flyte, flyteplugins-pytorch).
+DISTRIBUTIONS: tuple[str, ...] = tuple(sorted({symbol.distribution for symbol in SYMBOLS}))
+
+
+class UnsupportedFlyteError(UnsupportedUpstreamError):
+    """flyte or flyteplugins-pytorch is not a version this front-end supports, or lacks a name it uses."""
 
 
 def check_flyte() -> None:
-    """Refuse an unsupported flyte or flyteplugins-pytorch (once per process)."""
-    require(SYMBOLS)
+    """Refuse an unsupported flyte or flyteplugins-pytorch (checked once per process).
+
+    ``ElasticRootCause`` calls it when it is built, so a task is refused where it is defined (in the
+    user's process, at ``flyte.TaskEnvironment(plugin_config=...)``), before it is deployed or run; the
+    task calls it again before the first use of an internal, for a task that reached a pod pickled.
+    The engine's check does the work; its message names the flytekit plugin, so the refusal is
+    worded again for this distribution.
+    """
+    try:
+        require(SYMBOLS)
+    except UnsupportedUpstreamError as error:
+        raise UnsupportedFlyteError(_refusal(error)) from error
 
 
-def upload_error_document(error: BaseException, output_path: str) -> None:
+def _refusal(error: UnsupportedUpstreamError) -> str:
+    """``flyteplugins-rootcause supports flyte... and flyteplugins-pytorch... only, but ...``: which
+    distribution is wrong, and how, found by asking the engine's checks one at a time."""
+    supported = " and ".join(f"{distribution}{SUPPORTED[distribution]}" for distribution in DISTRIBUTIONS)
+    problem = _problem()
+    if problem is None:  # the checks agree now (an upstream changed meanwhile?): the engine's words
+        return f"{DISTRIBUTION} supports {supported} only: {error}"
+    return f"{DISTRIBUTION} supports {supported} only, but {problem}"
+
+
+def _problem() -> str | None:
+    """What the first failing check found, and its fix; ``None`` if none fails."""
+    for distribution in DISTRIBUTIONS:
+        try:
+            versions.check_version(distribution)
+        except UnsupportedUpstreamError:
+            version = versions.installed_version(distribution)
+            found = "is not installed" if version is None else f"{version} is installed"
+            return (
+                f"{distribution} {found}. To fix it, {_install(distribution)}; or set "
+                f"{ALLOW_UNSUPPORTED_VARIABLE}=1 to run with this version anyway (untested: a failure may be "
+                f"reported wrongly or not at all)."
+            )
+    for symbol in SYMBOLS:
+        try:
+            versions.check_symbol(symbol)
+        except UnsupportedUpstreamError:
+            version = versions.installed_version(symbol.distribution) or "(not installed)"
+            return (
+                f"{symbol.distribution} {version} has no {symbol.qualified_name}, which the plugin {symbol.why}. "
+                f"To fix it, {_install(symbol.distribution)}."
+            )
+    return None
+
+
+def _install(distribution: str) -> str:
+    return f"pip install '{distribution}{SUPPORTED[distribution]}'"
+
+
+def report_file(output_path: str) -> str:
+    """Where ``flyte.report.flush()`` writes the action's report: ``report.html`` under its outputs."""
+    check_flyte()
+    from flyte._internal.runtime.io import report_path
+
+    return report_path(output_path)
+
+
+def upload_error_document(error: BaseException, output_path: str, timeout_s: float | None = None) -> None:
     """Write ``<output_path>/error.pb`` for ``error`` as Flyte 2's runtime does after a task raised it
     (the agent watchdog exits the process, so the runtime never gets to).
 
-    Runs on the watchdog's sink thread, which has no event loop of its own.
+    One try: the runtime's upload (obstore, with its own few retries), cancelled after ``timeout_s``
+    (``TimeoutError``; ``None``: unbounded), so that the caller's retries keep to their deadline
+    (``flyteplugins.rootcause.task``). Runs on the watchdog's sink thread, which has no event loop
+    of its own.
     """
     check_flyte()
     from flyte._internal.runtime.convert import convert_from_native_to_error
     from flyte._internal.runtime.io import upload_error
 
     converted = convert_from_native_to_error(error)
-    asyncio.run(upload_error(converted.err, output_path, recoverable=converted.recoverable))
+    upload = upload_error(converted.err, output_path, recoverable=converted.recoverable)
+    asyncio.run(asyncio.wait_for(upload, timeout_s))
 
 
 def leave_outputs_to_rank_0(results: dict[int, Any]) -> Any:

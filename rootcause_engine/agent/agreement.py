@@ -17,26 +17,28 @@ How, in the round's store (the c10d rendezvous store torch scoped to the round, 
    within the same bound, until every pod whose word it holds has read the decision.
 
 A pod that cannot reach the store (its host is gone, it froze) or finds no valid decision writes
-its own best: the report made of its word alone. Store errors never propagate.
+its own best: the report made of its word alone. Store errors never propagate. Every value read is
+checked (:mod:`.store_values`, the words' and the report's parsers in ``diagnosis/agreed.py``): a
+word that is not one is logged once and waited past like a pod that said nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
 
 from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
+from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
+from rootcause_engine.agent.store_values import bad_value, bump_counter, read_counter
+from rootcause_engine.settings import DEFAULT_AGREEMENT_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
-#: How long a pod waits for the other failing pods' words (and the store's host for their reading
-#: the decision). The pods of a failed job diagnose within moments of each other: the others are
-#: told of the first failure through the store and end their workers at once.
-DEFAULT_AGREEMENT_TIMEOUT_S = 10.0
 #: Pause between two looks at the store for missing words.
 POLL_S = 0.05
 
@@ -46,6 +48,32 @@ _READ_KEY = f"{_PREFIX}read"
 
 #: What a store that has gone away raises (torch's ``DistError`` family is ``RuntimeError``).
 _STORE_ERRORS = (RuntimeError, OSError, ValueError, StoreUnresponsive)
+
+
+#: What the pod whose agent hung adds to its copy of the agreed report.
+WATCHDOG_NOTE = (
+    "This pod's torch elastic agent hung after its workers failed: the agent watchdog ended the pod "
+    "after writing this report (agent_hang_timeout_s)."
+)
+
+
+def job_report(
+    diagnosis: Diagnosis, peers: PeerWatch, *, worker: str, timeout_s: float, retry_rule: RetryRule
+) -> AgreedReport | None:
+    """The report this pod writes for the job: its ``diagnosis`` agreed with the other failing pods'.
+
+    Why every front-end does this: the console shows whichever document is present when the first
+    pod exits (the training operator decides the job then), so every pod's document must name the
+    job's root cause, not only the culprit's. ``None`` for a diagnosis without a failure (a hung agent
+    whose workers all succeeded): there is nothing to agree on. The pod whose watchdog fired says so
+    in its own copy (the words hold failures, not how each pod ended).
+    """
+    if not diagnosis.failures:
+        return None
+    agreed = reach_agreement(peers, PodWord.of(worker, diagnosis), timeout_s=timeout_s, retry_rule=retry_rule)
+    if diagnosis.trigger == Trigger.AGENT_HUNG:
+        agreed = dataclasses.replace(agreed, message=f"{agreed.message}\n\n{WATCHDOG_NOTE}")
+    return agreed
 
 
 def _said_key(group_rank: int) -> str:
@@ -92,6 +120,8 @@ def _agree(
                 said = PodWord.from_json(store.call("get", key))
                 if said is not None:
                     words[rank] = said
+                else:  # looked at again until the deadline: its pod may still write its real word
+                    bad_value(key, "not a pod's word")
         if words.keys() >= expected or time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
@@ -100,7 +130,7 @@ def _agree(
         logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
     proposal = agreed_report(list(words.values()), retry_rule=retry_rule)
     decided = AgreedReport.from_json(store.call("compare_set", _DECIDED_KEY, "", proposal.to_json()))
-    store.call("add", _READ_KEY, 1)
+    bump_counter(store.call, _READ_KEY)
     if store.hosts_store:
         _keep_store_until_read(store, len(words), deadline)
     if decided is None:
@@ -112,6 +142,7 @@ def _agree(
 def _keep_store_until_read(store: RoundStore, readers: int, deadline: float) -> None:
     """The store's host stays until ``readers`` pods read the decision (or the deadline passes)."""
     while time.monotonic() < deadline:
-        if int(store.call("add", _READ_KEY, 0)) >= readers:
+        count = read_counter(store.call, _READ_KEY)  # a bad count: the wait goes on to the deadline
+        if count is not None and count >= readers:
             return
         time.sleep(POLL_S)

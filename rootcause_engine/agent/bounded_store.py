@@ -4,8 +4,9 @@ A pod whose node froze (a VM paused by its host, a kernel stuck, a partition) cl
 torch ``TCPStore`` client talking to the store it hosted sends its request and waits for the reply
 for ever (measured with torch 2.13: ``add``, ``set``, ``check`` and ``get`` on a SIGSTOPped store
 server did not return in 120 s; the client's ``timeout`` bounds only waits for keys). So every
-operation of the peer watch goes through :class:`BoundedStore`: it runs on one helper thread, and the
-caller waits at most ``timeout_s`` for it. A late answer is not lost: while an operation is stuck,
+operation of ours (the peer watch, the pods' agreement, the soft-restart worlds) goes through
+:class:`BoundedStore`: it runs on one helper thread, and the caller waits at most ``timeout_s`` for
+it. A late answer is not lost: while an operation is stuck,
 the next calls fail at once (the client is busy with the stuck one), and once it returns (the host
 was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
 not a false verdict for ever. An operation that raised is re-raised to its caller.

@@ -7,10 +7,12 @@ order in which the observers are entered (it matters: see each step) exists once
 
 1. :class:`LaunchSession` (outer block): the stores torch would serve from a forking agent run in
    keepers (:mod:`.store_keeper`, before any thread starts), the death watcher, the soft-restart
-   channel, the launch observer, the peer watch with its lost-peer handler, the agent watchdog;
+   channel, the launch observer, the hang watch (its verdict ends this pod's workers), the peer
+   watch with its lost-peer handler, the agent watchdog;
 2. :meth:`LaunchSession.running` (inner block, around the launch call itself): the agent's
    environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
-   preformatted exceptions, the launch observer's patches, the watchdog's thread;
+   preformatted exceptions, the launch observer's patches, the watchdog's thread, the hang
+   watch's thread;
 3. after the launch raised, :meth:`LaunchSession.workers_failed` or :meth:`LaunchSession.store_lost`
    runs the one diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
 
@@ -25,6 +27,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
+import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -32,12 +36,16 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.safe_text import exception_summary
 from rootcause_core.testimony import LostPeer
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from rootcause_engine.agent.diagnosis.hang import HangVerdict
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
 from rootcause_engine.agent.diagnosis.selection import RetryRule
+from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings, hang_watch_running
 from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
 from rootcause_engine.agent.launch_record import record_launch
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -49,6 +57,7 @@ from rootcause_engine.agent.soft_restart_agent import (
     history_rows,
 )
 from rootcause_engine.agent.store_keeper import stores_kept
+from rootcause_engine.agent.termination import TerminationNotice
 from rootcause_engine.agent.torch_log_format import exceptions_preformatted
 from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
 from rootcause_engine.agent.worker_channel import WorkerChannel
@@ -94,6 +103,8 @@ class LaunchSettings:
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: which root causes the front-end's orchestrator retries (a soft restart heals only those)
     retry_rule: RetryRule = RetryRule.ON_REQUEST
+    #: the hang watch's settings (:mod:`.hang_watch`); ``None``: no watch
+    hang: HangSettings | None = None
 
     @classmethod
     def of(
@@ -125,6 +136,7 @@ class LaunchSettings:
             watchdog=watchdog_settings(config),
             environment=environment,
             retry_rule=retry_rule,
+            hang=hang_settings(config),
         )
 
 
@@ -145,14 +157,18 @@ class LaunchSession:
             interval_s=settings.heartbeat_interval_s,
         )
         self._stack = contextlib.ExitStack()
+        #: the kubelet's SIGTERMs to this pod (:mod:`.termination`)
+        self.termination = TerminationNotice()
         self.observer: LaunchObserver | None = None
         self.soft: SoftRestartSession | None = None
         self.watchdog: AgentWatchdog | None = None
+        self.hang_watch: HangWatch | None = None
 
     def __enter__(self) -> LaunchSession:
         settings = self.settings
         stack = self._stack.__enter__()
         try:
+            stack.enter_context(self.termination.installed())
             stack.callback(self._finish_peers)
             stack.enter_context(
                 stores_kept(settings.start_method, settings.rdzv_backend, settings.rdzv_endpoint, settings.rdzv_configs)
@@ -162,6 +178,9 @@ class LaunchSession:
             self.observer = observer = LaunchObserver(
                 watcher, teardown_grace_s=settings.teardown_grace_s, probe_before_teardown=settings.hang_probe
             )
+            if settings.hang is not None:  # a hung rank's pod ends its workers, as for any failed one
+                self.hang_watch = HangWatch(observer, self.peers, settings.hang, worker_name=current_worker_name(),
+                                            on_hung=lambda _: end_running_attempt(observer))
             self.soft = soft = self._soft_restart_session(observer, channel_dir)
             if soft is not None:
                 soft.watch_peers = self.peers.joined
@@ -200,6 +219,8 @@ class LaunchSession:
             exceptions_preformatted(),
             observing_launch(observer, self.peers),
             self.watchdog if self.watchdog is not None else contextlib.nullcontext(),
+            self.termination.armed(),
+            hang_watch_running(self.hang_watch),
         ):
             yield observer
 
@@ -214,6 +235,8 @@ class LaunchSession:
         trigger says which road it was.
         """
         trigger = Trigger.PEER_LOST if self.peers.declared_lost() else Trigger.WORKER_FAILED
+        if trigger is Trigger.WORKER_FAILED and self._hung():
+            trigger = Trigger.HUNG_RANK
         return self._diagnose(trigger, child_failed)
 
     def store_lost(self, error: BaseException) -> Diagnosis | None:
@@ -223,7 +246,27 @@ class LaunchSession:
             return None
         return self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
 
-    def _diagnose(self, trigger: Trigger, child_failed: ChildFailedError | None, *notes: str) -> Diagnosis | None:
+    def preempted(self) -> Diagnosis | None:
+        """The diagnosis after the kubelet's SIGTERM ended the launch (torch's ``SignalException``):
+        this pod's stop is the root cause, recoverable, at the moment the signal came; its workers,
+        ended by torch's agent, are victims. ``None`` when no SIGTERM was received (another signal)."""
+        received = self.termination.received_ns
+        if received is None:
+            return None
+        observer = self._observer()
+        attempt = observer.last_attempt()
+        ranks = [w.global_rank for w in observer.workers_of(attempt)] if attempt is not None else []
+        first_rank = min((rank for rank in ranks if rank is not None), default=None)
+        stop = preemption_failure(received, first_rank=first_rank, signals=self.termination.count)
+        return self._diagnose(Trigger.PREEMPTED, None, pod_failures=(stop,))
+
+    def _diagnose(
+        self,
+        trigger: Trigger,
+        child_failed: ChildFailedError | None,
+        *notes: str,
+        pod_failures: tuple[WorkerFailure, ...] = (),
+    ) -> Diagnosis | None:
         soft = self.soft
         if soft is not None and (earlier := history_note(soft)):
             notes = (*notes, earlier)
@@ -234,7 +277,13 @@ class LaunchSession:
             notes=notes,
             restarts=self.restarts(),
             retry_rule=self.settings.retry_rule,
+            pod_failures=pod_failures,
+            hung=self._hung(),
         )
+
+    def _hung(self) -> dict[int, HangVerdict]:
+        """The ranks the hang watch named (by pid), for the diagnosis."""
+        return self.hang_watch.found() if self.hang_watch is not None else {}
 
     def _observer(self) -> LaunchObserver:
         if self.observer is None:
@@ -249,12 +298,42 @@ class LaunchSession:
         return SoftRestartSession(
             worker=current_worker_name(),
             channel=WorkerChannel(channel_dir),
-            diagnose=lambda child_failed: local_diagnosis(observer, child_failed, settings.retry_rule),
+            diagnose=lambda child_failed: local_diagnosis(observer, child_failed, settings.retry_rule, self._hung()),
             end_workers=lambda: end_running_attempt(observer),
             timeout_s=settings.soft_restart_timeout_s,
             min_nodes=settings.min_nodes,
             max_nodes=settings.max_nodes,
         )
+
+
+#: What a stopped pod's failure says (the report's first line ends with it).
+PREEMPTION_MESSAGE = (
+    "preempted: the pod received SIGTERM from its kubelet (a spot or preemptible node reclaimed, a node "
+    "drain, an eviction or a deletion); nothing in the training failed, so a retry on another node may succeed"
+)
+
+
+def preemption_failure(received_ns: int, *, first_rank: int | None, signals: int = 1) -> WorkerFailure:
+    """This pod's stop as a failure: a root-cause candidate at the moment the first SIGTERM came,
+    recoverable (Flyte retries it), named by the pod's first global rank when the rendezvous gave it one."""
+    more = f" ({signals} SIGTERMs)" if signals > 1 else ""
+    return WorkerFailure(
+        global_rank=first_rank,
+        local_rank=None,
+        group_rank=None,
+        worker=current_worker_name(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        exitcode=None,
+        signal_number=signal.SIGTERM,
+        exception_type=None,
+        message=PREEMPTION_MESSAGE + more,
+        traceback="",
+        timestamp_ns=received_ns,
+        time_source=TimeSource.OBSERVED,
+        role=Role.CANDIDATE,
+        recoverable=True,
+    )
 
 
 @contextlib.contextmanager
@@ -268,10 +347,15 @@ def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
 
 
 def local_diagnosis(
-    observer: LaunchObserver, child_failed: ChildFailedError, retry_rule: RetryRule = RetryRule.ON_REQUEST
+    observer: LaunchObserver,
+    child_failed: ChildFailedError,
+    retry_rule: RetryRule = RetryRule.ON_REQUEST,
+    hung: Mapping[int, HangVerdict] | None = None,
 ) -> Diagnosis | None:
-    """The diagnosis of a failure a soft restart may heal (this pod's record only: the job goes on)."""
-    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART, retry_rule=retry_rule)
+    """The diagnosis of a failure a soft restart may heal (this pod's record only: the job goes on);
+    ``hung``: the ranks the hang watch named (a hung node is healed like a failed one)."""
+    return diagnose(record_launch(observer, child_failed), trigger=Trigger.SOFT_RESTART, retry_rule=retry_rule,
+                    hung=hung or {})
 
 
 def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s: float | None = None) -> None:

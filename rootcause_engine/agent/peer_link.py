@@ -1,4 +1,4 @@
-"""Agent side: a TCP connection to the watched peer pod, whose closing says at once that its agent is gone.
+"""Agent side: a TCP connection to the watched peer pod, whose closing says at once that its agent may be gone.
 
 Why: the heartbeat alone can only say "silent for ``lost_after_s``" (5 s by default, so that a
 thousand pods on busy hosts get no false verdict). Most lost pods are not silent, though: a pod
@@ -7,11 +7,16 @@ its kernel, and the other end reads the close within a round trip. Each agent th
 one port (bound on the address it reaches the rendezvous store from, the one its peers reach it
 on, as gloo and NCCL are reached), and the pod that watches it by heartbeat also holds a connection
 to it. That connection never carries data after a greeting: when it reads an end of stream (or a
-reset) after the greeting, the watched agent's process has ended, and the peer watch checks the
-store for a word from it (a failure it announced, or "done") before it declares it lost.
+reset) after the greeting, the watched agent's process has most likely ended. Most likely only: a
+proxy's idle timeout or a conntrack flush closes a connection whose two ends live on. So a closing
+is evidence, not a verdict: the peer watch declares the peer lost once its heartbeat has stopped
+too (a beat or two, instead of the whole silence limit) and it said neither "failed" nor "done" in
+the store; a link that closed while the heartbeat goes on is made again. The watcher's end sends TCP
+keepalives (:data:`KEEPALIVE_IDLE_S`), so a middlebox that forgets idle connections sees this one
+used.
 
 A node that loses power, panics or is cut off closes nothing: its link stays open and silent, and
-the heartbeat's silence limit is what finds it, as before. A link that cannot be made (the peer's
+the heartbeat's silence limit is what finds it. A link that cannot be made (the peer's
 port is filtered, the peer runs an older version) is no evidence of anything: the peer is watched
 by heartbeat alone.
 
@@ -48,6 +53,12 @@ _GREETING_MAX = 128
 CONNECT_TIMEOUT_S = 5.0
 #: How often the hub's loop wakes to give up links that did not connect in time.
 _TICK_S = 0.5
+#: Idle seconds before the watcher's end sends a TCP keepalive (then every ``KEEPALIVE_INTERVAL_S``,
+#: ``KEEPALIVE_PROBES`` times before the kernel gives the connection up): well under the idle
+#: timeouts of NAT gateways and proxies (minutes), rare enough to cost nothing.
+KEEPALIVE_IDLE_S = 60
+KEEPALIVE_INTERVAL_S = 15
+KEEPALIVE_PROBES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +196,7 @@ class LinkHub:
                 link.given_up = True
                 return
             sock.setblocking(False)
+            _keep_alive(sock)
             link.sock = sock
             error = sock.connect_ex((endpoint.host, endpoint.port))
             if error not in (0, errno.EINPROGRESS):
@@ -330,6 +342,18 @@ def _local_address(toward: tuple[str, int]) -> str | None:
     except (OSError, IndexError, UnicodeError) as error:
         logger.debug("no local address toward %s:%s: %s", toward[0], toward[1], error)
         return None
+
+
+def _keep_alive(sock: socket.socket) -> None:
+    """TCP keepalives on ``sock`` where the platform offers them (Linux has every option)."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in options:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
 
 
 def _family(host: str) -> socket.AddressFamily:

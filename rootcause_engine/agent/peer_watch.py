@@ -23,13 +23,19 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   peer, its successor in group-rank order (skipping peers already found lost), so every pod is
   watched by exactly one other at the cost of one read per pod per beat, whatever the pod count. A
   peer whose heartbeat has not moved for ``silence_limit_s`` (and that announced no failure and no
-  end) is *lost*: its watcher writes a verdict (``lost/<rank>``, with its last beat) and bumps a
-  counter every pod reads once per beat; every pod then calls ``on_peer_lost`` (the task ends its
-  workers, which fail as victims, and the report names the lost pod). A pod that never published
-  its first heartbeat after the rendezvous is lost the same way ("never seen alive"), after twice
-  the limit. When the
-  *store* stops answering (its host froze: :mod:`.bounded_store` gives every operation a deadline),
-  each pod reaches the verdict on its own, for the store's host.
+  end) is *lost*: its watcher appends a verdict (``lost/<n>``, with its last beat) to the round's
+  verdict log, whose counter every pod reads once per beat; every pod then calls ``on_peer_lost``
+  (the task ends its workers, which fail as victims, and the report names the lost pod). A pod that
+  never published its first heartbeat after the rendezvous is lost the same way ("never seen
+  alive"), after twice the limit. When the *store* stops answering (its host froze:
+  :mod:`.bounded_store` gives every operation a deadline), each pod reaches the verdict on its own,
+  for the store's host.
+- **a closed link is evidence, not a verdict** (:mod:`.peer_link`): when the watcher's connection to
+  the watched agent closes, the peer is lost only once its heartbeat has stopped too
+  (:data:`LINK_CONFIRM_BEATS` heartbeats without a new beat): a pod whose processes ended is found
+  within a beat or two instead of ``silence_limit_s``, and a connection cut by the network (a
+  proxy's idle timeout, a conntrack flush) while the peer's heartbeat goes on is logged and
+  re-opened, never a verdict.
 
 When this pod's workers fail as victims, :meth:`lost_peers` returns the verdicts already reached, or
 watches the others for up to ``lost_after_s``: a peer whose heartbeat moves on, or that announced a
@@ -43,6 +49,9 @@ Each store operation runs on the watch's own thread or on the failure path, thro
 :class:`~.bounded_store.BoundedStore`: a store that has gone away answers quickly with an error (its
 host's sockets are closed by the kernel), and one whose host froze is given up on after
 ``store_timeout_s``. Store errors are never raised to the agent: the watch then knows less and says so.
+Every value read from the store is checked by :mod:`.store_values` (size, depth, type; counters read
+without ``add``; the verdict log read in bounded steps, a gap in it skipped after a short grace): a
+bad value is logged once and ignored.
 """
 
 from __future__ import annotations
@@ -54,18 +63,32 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
-from rootcause_core.testimony import LostPeer, Member, member_from_entry
+from rootcause_core.testimony import LostPeer, Member, lost_peer_from_entry, member_from_entry
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
 from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub
+from rootcause_engine.agent.store_values import (
+    MAX_KEYS_PER_READ,
+    LogCursor,
+    StoreCall,
+    StoreLog,
+    as_int,
+    bad_value,
+    bump_counter,
+    int_value,
+    json_value,
+    read_counter,
+    text_value,
+)
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How long a peer may go without a heartbeat (and without announcing a failure) after this pod's
 #: workers failed before it counts as lost: several heartbeats, so a busy host's late beat is not
@@ -77,7 +100,13 @@ LOST_AFTER_S = 2.0
 MEMBERS_POLL_S = 0.05
 #: Member entries checked and read per store call: the first look of a thousand pods must not be
 #: a million-key burst at one moment, and one pod that has not published yet must not hide the rest.
-MEMBER_CHUNK = 128
+MEMBER_CHUNK = MAX_KEYS_PER_READ
+#: How many heartbeats a peer whose link closed must miss before it is declared lost. Its beat
+#: moves every heartbeat while its agent lives; a beat already on its way when the process ended
+#: may still land once after the close, so the silence is counted from the last beat seen.
+LINK_CONFIRM_BEATS = 2
+#: How many beats seen after a link closed prove the peer lives (one may be a last beat in flight).
+_BEATS_PROVING_LIFE = 2
 
 _KEY_PREFIX = "rootcause/"
 
@@ -108,16 +137,21 @@ def _stalled_key(group_rank: int) -> str:
 
 def _verdict_key(index: int) -> str:
     """The ``index``-th lost-pod verdict of the round (from 1): read by number, so a pod that sees
-    the counter move reads only the new verdicts, in one call, whatever the pod count."""
+    the counter move reads only the new verdicts, whatever the pod count."""
     return f"{_KEY_PREFIX}lost/{index}"
 
 
 #: The store host's member entry again, under a name every pod can poll for cheaply.
 _STORE_HOST_KEY = f"{_KEY_PREFIX}store-host"
-#: How many lost-pod verdicts were written in the round (read once per heartbeat by every pod).
-_VERDICTS_KEY = f"{_KEY_PREFIX}verdicts"
-#: Hands out verdict numbers (two watchers may write at once).
+#: Numbers the lost-pod verdicts (two watchers may write at once); read once per heartbeat by every pod.
 _VERDICT_NUMBERS_KEY = f"{_KEY_PREFIX}verdict-numbers"
+
+
+def _verdict_log(world_size: int) -> StoreLog:
+    """The round's verdicts: at most one per pod, with room for a few numbered twice (a watcher that
+    found its verdict voided) and a few for the same pod (its watcher changed): a count beyond is no
+    count of ours."""
+    return StoreLog(_VERDICT_NUMBERS_KEY, _verdict_key, max_entries=world_size + MAX_KEYS_PER_READ)
 
 
 #: How many pods announced a failure in the round (a store counter, read once per heartbeat).
@@ -154,12 +188,15 @@ class _Round:
         self.store_answered_ns: int | None = None  # the store's host was alive then (this pod's clock)
         self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
         self.verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
-        self.verdicts_seen = 0  # the verdict counter's value at this pod's last look
-        # the watched successor: its group rank, its last heartbeat value, when that last changed
+        self.verdict_log = _verdict_log(self.world_size)
+        self.verdicts_read = LogCursor(self.verdict_log)  # the heartbeat thread's place in the log
+        # the watched successor: its group rank, its last heartbeat (ns), when that last changed
         self.watched: int | None = None
-        self.watched_beat: bytes | None = None
+        self.watched_beat: int | None = None
         self.watched_since = time.monotonic()
         self.link: PeerLink | None = None  # this pod's connection to the watched successor's agent
+        self.link_closed_at: float | None = None  # when this pod saw that connection close
+        self.beats_after_close = 0  # new heartbeats of the watched peer seen since then
         self.store_silent_since: float | None = None  # the store stopped answering then
         self.members_looked_at = float("-inf")  # when the member entries were last looked for
         #: the group ranks whose entries are still to be read, in chunks checked (and read) as one,
@@ -314,7 +351,7 @@ class PeerWatch:
         if stalled is not None:
             self._call(current, "set", _stalled_key(rank), json.dumps(stalled.to_json()))
         self._call(current, "set", _failed_key(rank), str(time.time_ns()))
-        self._call(current, "add", _FAILURES_KEY, 1)
+        self._guarded(current, lambda call: bump_counter(call, _FAILURES_KEY))
 
     def leave(self) -> None:
         """Say this pod is done with the store; if it hosts it, keep it until every peer is done too.
@@ -367,15 +404,15 @@ class PeerWatch:
             value, ok = self._read(current, _stalled_key(rank))
             if not ok:
                 return tuple(stalls), False
-            stall = _parse_stall(value)
+            stall = _parse_stall(value, _stalled_key(rank))
             if stall is not None:
                 stalls.append(stall)
         return tuple(stalls), True
 
     def _every_peer_failed(self, current: _Round) -> bool:
         """Every other pod announced its failure (the failure counter counts this pod's too)."""
-        count = self._call(current, "add", _FAILURES_KEY, 0)
-        return count is not None and int(count) >= current.world_size
+        count, _ = self._guarded(current, lambda call: read_counter(call, _FAILURES_KEY))
+        return count is not None and count >= current.world_size
 
     def lost_peers(self) -> tuple[LostPeer, ...]:
         """The peers that are gone: no heartbeat and no failure announced within ``lost_after_s``."""
@@ -386,24 +423,25 @@ class PeerWatch:
             current.lost |= set(current.verdicts)
             return _in_rank_order(current.verdicts)
         pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank}
-        baseline: dict[int, bytes | None] = {}
+        baseline: dict[int, int | None] = {}
         store_gone = False
         for rank in sorted(pending):
-            value, ok = self._read(current, _alive_key(rank))
+            beat, ok = self._read_beat(current, rank)
             if not ok:
                 store_gone = True
                 break
-            baseline[rank] = value
+            baseline[rank] = beat
         deadline = time.monotonic() + self.lost_after_s
         judged: dict[int, LostPeer] = {}  # verdicts other pods reached meanwhile (a link that closed)
+        verdicts = LogCursor(current.verdict_log)  # this search's own place in the verdict log
         while pending and not store_gone:
-            for peer in self._peek_verdicts(current):
+            for peer in self._new_verdicts(current, verdicts):
                 if peer.group_rank in pending:
                     pending.discard(peer.group_rank)
                     judged[peer.group_rank] = peer
             for rank in sorted(pending):
                 announced, ok = self._read(current, _failed_key(rank))
-                beat, ok_beat = self._read(current, _alive_key(rank)) if ok and announced is None else (None, ok)
+                beat, ok_beat = self._read_beat(current, rank) if ok and announced is None else (None, ok)
                 if not (ok and ok_beat):
                     store_gone = True
                     break
@@ -420,23 +458,33 @@ class PeerWatch:
                 rank,
                 self._member(current, rank).worker,
                 # the store's host was alive while its store answered; any other peer, at its last beat
-                current.store_answered_ns if store_gone else _heartbeat_ns(baseline.get(rank)),
+                current.store_answered_ns if store_gone else baseline.get(rank),
             )
             for rank in pending
         }
         found.update(
             (rank, dataclasses.replace(peer, worker=self._member(current, rank).worker,
-                                       last_seen_ns=peer.last_seen_ns or _heartbeat_ns(baseline.get(rank))))
+                                       last_seen_ns=peer.last_seen_ns or baseline.get(rank)))
             for rank, peer in judged.items()
         )
         return _in_rank_order(found)
 
-    def _peek_verdicts(self, current: _Round) -> list[LostPeer]:
-        """Every lost-pod verdict of the round in the store now, read without taking them as this
-        pod's own (the heartbeat thread does that, and tells the agent): while this pod looks for
-        lost peers, the watcher of one whose processes ended may already have named it."""
-        count = self._call(current, "add", _VERDICTS_KEY, 0)
-        return (self._verdicts_written(current, 1, int(count)) or []) if count else []
+    def _new_verdicts(self, current: _Round, cursor: LogCursor) -> list[LostPeer]:
+        """The lost-pod verdicts of the round ``cursor`` had not read yet (at most one step of the
+        log; malformed ones left out; ``[]`` when the store did not answer). The failure path reads
+        them with its own cursor, without taking them as this pod's own (the heartbeat thread does
+        that, and tells the agent): while this pod looks for lost peers, the watcher of one whose
+        processes ended may already have named it."""
+
+        def read(call: StoreCall) -> list[tuple[int, bytes]]:
+            length = current.verdict_log.length(call)
+            return cursor.poll(call, length) if length is not None and cursor.pending(length) else []
+
+        entries, _ = self._guarded(current, read)
+        return [
+            peer for number, value in entries or ()
+            if (peer := _parse_verdict(value, _verdict_key(number), current.world_size)) is not None
+        ]
 
     # --- the watch's thread --------------------------------------------------------------------
 
@@ -458,7 +506,7 @@ class PeerWatch:
             # until the store host is known, look again soon: a pod that hosts the store and is lost
             # before its peers read its entry could not be named (its peers only see the store go)
             complete = len(current.members) >= current.world_size or current.store_host_known
-            current.wake.wait(self.interval_s if complete else min(self.interval_s, MEMBERS_POLL_S))
+            current.wake.wait(min(self.interval_s if complete else MEMBERS_POLL_S, self._until_link_verdict(current)))
             current.wake.clear()
         if current.link is not None:  # released here too: a link made as the round was stopped
             current.link.release()
@@ -479,9 +527,7 @@ class PeerWatch:
             return
         current.store_silent_since = None
         self._watch_successor(current, now, limit)
-        count = self._call(current, "add", _VERDICTS_KEY, 0)
-        if count is not None and int(count) > current.verdicts_seen:
-            self._read_verdicts(current, int(count))
+        self._read_verdicts(current)
 
     def _successor(self, current: _Round) -> int | None:
         """The next group rank after this pod's, cyclically, not already known lost."""
@@ -498,41 +544,74 @@ class PeerWatch:
             return
         if rank != current.watched:  # a new successor: its silence is counted from now
             current.watched, current.watched_beat, current.watched_since = rank, None, now
-            if current.link is not None:
-                current.link.release()
-                current.link = None
+            self._drop_link(current)
         if self.links and current.link is None:
             self._link_to(current, rank)
-        # the watched agent's process ended (its kernel closed the link): no need to wait for silence
-        ended_process = current.link is not None and current.link.closed
-        beat, ok = self._read(current, _alive_key(rank))
+        beat, ok = self._read_beat(current, rank)
         if not ok:
             return
         if beat is not None and beat != current.watched_beat:
             current.watched_beat, current.watched_since = beat, now
-            if not ended_process:
+            if current.link_closed_at is not None and current.link_closed_at < now:
+                current.beats_after_close += 1
+        silent_for = now - current.watched_since
+        if self._link_closed(current, rank, now):
+            # its connection closed: lost once its heartbeat has stopped too (a beat or two), not
+            # after the whole silence limit; while it still beats, the network cut the link
+            if silent_for < LINK_CONFIRM_BEATS * self.interval_s:
                 return
         # a peer never seen alive gets twice the limit: pods leave the rendezvous together, but a
         # starved agent may publish its first beat late
-        silent_for = now - current.watched_since
-        if not ended_process and silent_for < (limit if current.watched_beat is not None else 2 * limit):
+        elif silent_for < (limit if current.watched_beat is not None else 2 * limit):
             return
         ended = [self._read(current, key(rank)) for key in (_failed_key, _done_key)]
         if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
             current.watched_since = now  # it said it failed or finished: silence is expected
             return
-        verdict = LostPeer(rank, self._member(current, rank).worker, _heartbeat_ns(current.watched_beat))
-        if ended_process:
+        verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
+        if current.link_closed_at is not None:
             logger.error("peer watch: %s (group rank %d): its agent's process ended without a word (its "
-                         "connection closed): declaring it lost", verdict.worker, rank)
+                         "connection closed, and no heartbeat for %.1f s): declaring it lost",
+                         verdict.worker, rank, silent_for)
         else:
             logger.error("peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declaring it lost",
                          verdict.worker, rank, silent_for)
-        number = self._call(current, "add", _VERDICT_NUMBERS_KEY, 1)
-        if number is None:
-            return
-        self._call(current, "set", _verdict_key(int(number)), json.dumps(verdict.entry()))
-        self._call(current, "add", _VERDICTS_KEY, 1)
+        _, answered = self._guarded(current, lambda call: current.verdict_log.append(call, json.dumps(verdict.entry())))
+        if answered:  # published, or refused by a bad verdict counter: this pod acts on it either way
+            self._record_verdicts(current, {rank: verdict})
+
+    def _link_closed(self, current: _Round, rank: int, now: float) -> bool:
+        """Whether the link to the watched peer closed and its heartbeat has not moved on since.
+
+        A link that closed while the peer's heartbeat kept moving (beats seen after the close) was
+        cut by the network, not by the end of the peer's process: it is logged and made again, and
+        its closing is evidence no more."""
+        link = current.link
+        if link is None or not link.closed:
+            return False
+        if current.link_closed_at is None:
+            current.link_closed_at, current.beats_after_close = now, 0
+        if current.beats_after_close < _BEATS_PROVING_LIFE:
+            return True
+        logger.warning("peer watch: the connection to %s (group rank %d) closed, but its heartbeat goes on: "
+                       "the network cut it (a proxy's idle timeout, a conntrack flush); not a verdict, "
+                       "connecting again", self._member(current, rank).worker, rank)
+        self._drop_link(current)
+        if self.links:
+            self._link_to(current, rank)
+        return False
+
+    def _until_link_verdict(self, current: _Round) -> float:
+        """Seconds until a watched peer whose link closed has been silent long enough for a verdict
+        (the next look is then, not a whole beat later); a beat when no link closed."""
+        remaining = current.watched_since + LINK_CONFIRM_BEATS * self.interval_s - time.monotonic()
+        # past it (the verdict waits for the store, or for a peer that said "done"): a beat, never a spin
+        return remaining if current.link_closed_at is not None and remaining > 0 else self.interval_s
+
+    def _drop_link(self, current: _Round) -> None:
+        if current.link is not None:
+            current.link.release()
+        current.link, current.link_closed_at, current.beats_after_close = None, None, 0
 
     def _listen(self, store: Any) -> LinkEndpoint | None:
         """This process's link endpoint, on the address it reaches the rendezvous store from."""
@@ -545,34 +624,20 @@ class PeerWatch:
         """Connect to the watched peer's agent, once it has published where it listens (a peer that
         publishes no endpoint, or cannot be reached, is watched by heartbeat alone)."""
         value, ok = self._read(current, _link_key(rank))
-        endpoint = LinkEndpoint.from_text(value) if ok else None
+        endpoint = LinkEndpoint.from_text(text_value(value, _link_key(rank))) if ok else None
         if endpoint is not None:
             current.link = link_hub().watch(endpoint, on_closed=current.wake.set)
 
-    def _read_verdicts(self, current: _Round, count: int) -> None:
-        """Read verdicts ``verdicts_seen + 1`` to ``count`` in one call; if one is not written yet (its
-        watcher numbered it, another bumped the counter first), at the next heartbeat."""
-        peers = self._verdicts_written(current, current.verdicts_seen + 1, count)
-        if peers is None:
-            return
-        current.verdicts_seen = count
+    def _read_verdicts(self, current: _Round) -> None:
+        """Take the verdicts other pods wrote since the last look (one counter read per beat; the
+        new entries, at most one bounded step of them; one numbered but not written yet is looked
+        for again at the next beats, and the ones after it are read meanwhile)."""
         found = {
             peer.group_rank: dataclasses.replace(peer, worker=self._member(current, peer.group_rank).worker)
-            for peer in peers
+            for peer in self._new_verdicts(current, current.verdicts_read)
             if peer.group_rank != current.own.group_rank and peer.group_rank not in current.verdicts
         }
         self._record_verdicts(current, found)
-
-    def _verdicts_written(self, current: _Round, first: int, last: int) -> list[LostPeer] | None:
-        """Verdicts ``first`` to ``last``, read in one call (malformed ones left out); ``None`` when
-        one is numbered but not written yet, or the store did not answer: look again later."""
-        keys = [_verdict_key(index) for index in range(first, last + 1)]
-        if not self._call(current, "check", keys):
-            return None
-        values = self._call(current, "multi_get", keys)
-        if not isinstance(values, list) or len(values) != len(keys):
-            return None
-        return [peer for value in values if (peer := _parse_verdict(value, current.world_size)) is not None]
 
     def _store_host_lost(self, current: _Round) -> None:
         """The store has not answered for ``silence_limit_s``: the pod that hosts it is lost."""
@@ -602,11 +667,11 @@ class PeerWatch:
 
     def _a_peer_failed(self, current: _Round) -> bool:
         """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""
-        count = self._call(current, "add", _FAILURES_KEY, 0)
+        count, _ = self._guarded(current, lambda call: read_counter(call, _FAILURES_KEY))
         if not count:
             return False
         own, ok = self._read(current, _failed_key(current.own.group_rank))
-        return ok and int(count) > (0 if own is None else 1)
+        return ok and count > (0 if own is None else 1)
 
     def _learn_members(self, current: _Round) -> None:
         """Read the members not known yet: the store host's entry at every look until it is known
@@ -617,7 +682,7 @@ class PeerWatch:
         everything: at a thousand pods, eight checks and eight reads per pod, once per job."""
         if not current.store_host_known:
             value, _ = self._read(current, _STORE_HOST_KEY)
-            member = _parse_member(value) if isinstance(value, bytes) else None
+            member = _parse_member(value, _STORE_HOST_KEY)
             if member is not None:
                 current.store_host_known = True
                 self._add_members(current, [(member.group_rank, value)])
@@ -649,7 +714,7 @@ class PeerWatch:
 
     def _add_members(self, current: _Round, entries: Iterable[tuple[int, bytes | None]]) -> None:
         for rank, value in entries:
-            member = _parse_member(value)
+            member = _parse_member(value, _member_key(rank))
             if member is not None and member.group_rank == rank:
                 with self._lock:
                     current.members[rank] = member
@@ -667,7 +732,7 @@ class PeerWatch:
             known = current.members.get(rank)
         if known is None:
             value, _ = self._read(current, _member_key(rank))
-            self._add_members(current, [(rank, value)] if isinstance(value, bytes) else [])
+            self._add_members(current, [(rank, value)])
             with self._lock:
                 known = current.members.get(rank)
         return known if known is not None else Member(rank, f"group rank {rank}", -1, 0)
@@ -680,23 +745,39 @@ class PeerWatch:
         if not present:
             return None, True
         value = self._call(current, "get", key)
-        return (value, True) if value is not None else (None, False)
+        return (value, True) if isinstance(value, bytes) else (None, False)
 
-    def _call(self, current: _Round, operation: str, *args: Any) -> Any:
-        """One store operation; ``None`` when the store did not answer.
+    def _read_beat(self, current: _Round, rank: int) -> tuple[int | None, bool]:
+        """``(peer rank's last heartbeat in ns, or None when absent or not a time, whether the store
+        answered)``: a forged heartbeat is no beat."""
+        value, ok = self._read(current, _alive_key(rank))
+        return int_value(value, _alive_key(rank)), ok
+
+    def _store_call(self, current: _Round, operation: str, *args: Any) -> Any:
+        """One store operation, raising what the store raises (or ``StoreUnresponsive``).
 
         An answer proves the store's host was alive some time after the request was sent: the send
         time is what "last seen alive" can claim (the answer itself may be read much later).
         """
-        try:
-            with self._store_lock:
-                sent_ns = time.time_ns()
-                result = current.store.call(operation, *args)
-        except (*_STORE_ERRORS, StoreUnresponsive) as error:
-            logger.debug("rendezvous store %s failed: %s", operation, error)
-            return None
+        with self._store_lock:
+            sent_ns = time.time_ns()
+            result = current.store.call(operation, *args)
         current.store_answered_ns = max(sent_ns, current.store_answered_ns or 0)
-        return True if result is None else result
+        return result
+
+    def _call(self, current: _Round, operation: str, *args: Any) -> Any:
+        """One store operation; ``None`` when the store did not answer (``True`` for an answer of ``None``)."""
+        result, answered = self._guarded(current, lambda call: call(operation, *args))
+        return (True if result is None else result) if answered else None
+
+    def _guarded(self, current: _Round, operations: Callable[[StoreCall], T]) -> tuple[T | None, bool]:
+        """``(operations(call), True)``, where ``call`` runs one store operation as :meth:`_store_call`
+        does; ``(None, False)`` when one of them failed (the store did not answer): never raised."""
+        try:
+            return operations(lambda operation, *args: self._store_call(current, operation, *args)), True
+        except (*_STORE_ERRORS, StoreUnresponsive) as error:
+            logger.debug("rendezvous store call failed: %s", error)
+            return None, False
 
     def _safe_hosts_store(self) -> bool:
         try:
@@ -719,52 +800,31 @@ def _call_logged(callback: Callable[[], None]) -> None:
         logger.exception("handling a peer's failure announcement failed")
 
 
-def _heartbeat_ns(value: bytes | None) -> int | None:
-    """A peer's heartbeat time; ``None`` for none, or for a value that is no time (never trusted)."""
-    try:
-        ns = int(value.decode()) if value is not None else None
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return ns if ns is not None and 0 <= ns < 2**63 else None
-
-
 def _in_rank_order(verdicts: dict[int, LostPeer]) -> tuple[LostPeer, ...]:
     return tuple(verdicts[rank] for rank in sorted(verdicts))
 
 
-def _parse_verdict(value: bytes | None, world_size: int) -> LostPeer | None:
-    """A lost-pod verdict read from the store (``LostPeer.entry()`` as JSON); ``None`` for none or
-    anything malformed (a rank outside the round). Its name is replaced by the reader's own knowledge."""
-    if value is None:
+def _parse_verdict(value: bytes | None, key: str, world_size: int) -> LostPeer | None:
+    """A lost-pod verdict read from ``key`` (``LostPeer.entry()`` as JSON, checked by the testimony's
+    parser); ``None`` for none or anything malformed (a rank outside the round: logged). Its name is
+    replaced by the reader's own knowledge."""
+    entry = json_value(value, key)
+    peer = lost_peer_from_entry(entry)
+    if peer is None or as_int(peer.group_rank, low=0, high=world_size - 1) is None:
+        if entry is not None:
+            bad_value(key, "not a verdict on a pod of this round")
         return None
-    try:
-        entry = json.loads(value.decode())
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(entry, list) or len(entry) != 3:
-        return None
-    rank, seen = entry[0], entry[2]
-    if not (isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < world_size):
-        return None
-    last_seen = seen if isinstance(seen, int) and not isinstance(seen, bool) and 0 <= seen < 2**63 else None
-    return LostPeer(rank, f"group rank {rank}", last_seen)
+    last_seen = peer.last_seen_ns if peer.last_seen_ns is not None and peer.last_seen_ns >= 0 else None
+    return LostPeer(peer.group_rank, f"group rank {peer.group_rank}", last_seen)
 
 
-def _parse_stall(value: bytes | None) -> CollectivePosition | None:
-    """A stalled collective read from the store; ``None`` for none or anything malformed."""
-    if value is None:
-        return None
-    try:
-        return CollectivePosition.from_json(json.loads(value.decode()))
-    except (UnicodeDecodeError, ValueError):
-        return None
+def _parse_stall(value: bytes | None, key: str) -> CollectivePosition | None:
+    """A stalled collective read from ``key``; ``None`` for none or anything malformed."""
+    entry = json_value(value, key)
+    return None if entry is None else CollectivePosition.from_json(entry)
 
 
-def _parse_member(value: bytes | None) -> Member | None:
-    """A member entry read from the store (``Member.entry()`` as JSON), checked by the testimony's parser."""
-    if value is None:
-        return None
-    try:
-        return member_from_entry(json.loads(value.decode()))
-    except (UnicodeDecodeError, ValueError):
-        return None
+def _parse_member(value: bytes | None, key: str) -> Member | None:
+    """A member entry read from ``key`` (``Member.entry()`` as JSON), checked by the testimony's parser."""
+    entry = json_value(value, key)
+    return None if entry is None else member_from_entry(entry)

@@ -26,14 +26,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from torch.distributed import PrefixStore
+from torch.distributed import DistStoreError, PrefixStore
 from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from rootcause_core.testimony import LostPeer
 from rootcause_core.timestamps import rfc3339_ns
+from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
-from rootcause_engine.agent.soft_world import Change, SoftWorld, World
+from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S, Change, SoftWorld, World
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_agent_loop import (
     AgentParts,
@@ -58,7 +59,9 @@ class SoftRestartSession:
     bounds a world change: members arriving at a new world, and a restarted node's workers getting
     ready (their own initialisation included). ``changes`` is the job's membership log as this node
     last saw it (every node's soft restarts, for the report and the Deck), ``worlds`` every world
-    this node was part of (version, members, when formed).
+    this node was part of (version, members, when formed). ``store_timeout_s``: the deadline of each
+    store call of the world's agreement (a store whose host froze fails the call instead of blocking
+    the loop).
     """
 
     worker: str
@@ -68,6 +71,7 @@ class SoftRestartSession:
     timeout_s: float
     min_nodes: int = 1
     max_nodes: int | None = None
+    store_timeout_s: float = STORE_TIMEOUT_S
     #: the peer watch starts over with a world's members (a world with a pod that joined the running
     #: job: the first rendezvous round's peer watch does not know it)
     watch_peers: Callable[[JoinedRound], None] | None = None
@@ -168,10 +172,23 @@ class SoftRestartLoop:
         self.failed_before = False  # a node is restarted once: its second failure ends the job
 
     def __call__(self, parts: AgentParts) -> RunResult:
+        """Run the launch; a store call that found no answer within its deadline ends it as torch's
+        agent ends one that lost the store (a ``DistStoreError``), so the front-end diagnoses it so."""
+        try:
+            return self._launch(parts)
+        except StoreUnresponsive as error:
+            raise DistStoreError(f"soft restart: {error}") from error
+        finally:
+            world: SoftWorld | None = getattr(self, "world", None)
+            if world is not None:
+                world.close()
+
+    def _launch(self, parts: AgentParts) -> RunResult:
         self.parts = parts
+        session = self.session
         job_store = parts.job_store
-        running = None if job_store is None else SoftWorld.join_running(job_store, self.session.worker,
-                                                                           self.session.min_nodes)
+        running = None if job_store is None else SoftWorld.join_running(
+            job_store, session.worker, session.min_nodes, store_timeout_s=session.store_timeout_s)
         if running is not None:
             return self._join_running_job(running)
         parts.rendezvous()
@@ -181,7 +198,8 @@ class SoftRestartLoop:
                 "meets there): unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE and use the c10d rendezvous backend"
             )
         self.world = SoftWorld(job_store if job_store is not None else parts.store, parts.group_rank,
-                               self.session.worker, range(parts.group_world_size), self.session.min_nodes)
+                               session.worker, range(parts.group_world_size), session.min_nodes,
+                               store_timeout_s=session.store_timeout_s)
         self.world.announce_running()
         self._world_formed(self.world.current)
         self._start_local_workers(self._healthy_events(self.world.current, None))
@@ -280,7 +298,12 @@ class SoftRestartLoop:
             ))
             return
         for peer in lost:
-            if self.world.remove_lost(peer.group_rank, peer.worker, LOST_REASON):
+            try:
+                removed = self.world.remove_lost(peer.group_rank, peer.worker, LOST_REASON)
+            except TimeoutError as exc:  # the store did not answer, or its log cannot take the change
+                self._give_up(exc)
+                return
+            if removed:
                 logger.warning("soft restart: %s is lost: the others go on without it", peer.worker)
 
     def _give_up(self, error: TimeoutError) -> None:

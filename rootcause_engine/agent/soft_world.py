@@ -10,7 +10,9 @@ round's store (the c10d rendezvous store, alive as long as the job), with a few 
 - ``log/len`` and ``log/<i>``: an append-only log of membership changes (``leave``: a node failed
   and restarts its workers; ``join``: its workers are ready again; ``fatal``: a failure that ends
   the job; ``lost``: a member that never arrived, or that the peer watch found lost: a pod that
-  vanished or froze). Appending is one atomic ``add`` for the index.
+  vanished or froze). Appending is one atomic ``add`` for the index and one ``compare_set`` for the
+  entry (:class:`~.store_values.StoreLog`): an index whose writer died before writing it is voided
+  after a short grace by the first reader that waited for it, so every node reads the same log.
 - ``world/<v>``: world ``v`` covers the log up to the length written there. The first proposer wins
   (``compare_set``); its members are the first world's nodes with the log applied, in node order.
 - ``arrive/<v>/<node>``: a member is ready for world ``v``; ``decided/<v>``: ``formed`` once every
@@ -30,6 +32,13 @@ lost one, or the job started with fewer than ``nnodes``' maximum) does not go th
 rendezvous, whose round is closed: it takes the next free index (:meth:`SoftWorld.join_running`)
 and joins like a restarted node. These keys live in the rendezvous store under the job's run id,
 not under the first round's prefix, so such a pod finds them.
+
+Every store call goes through a :class:`~.bounded_store.BoundedStore` (``store_timeout_s``: a store
+whose host froze raises ``StoreUnresponsive``, a ``TimeoutError``, instead of blocking the loop for
+ever), and every value read is checked by :mod:`.store_values`. Each node reads the same bytes, so a
+value that is not valid is skipped alike by all: an entry that is not a change, a proposal that is no
+length (its world is abandoned), a decision that is neither ``formed`` nor ``abandoned`` (not
+formed). A log longer than :data:`MAX_LOG_ENTRIES` cannot be agreed on: :class:`WorldUnreadable`.
 """
 
 from __future__ import annotations
@@ -37,9 +46,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from rootcause_core.liveness import SILENCE_LIMIT_S
+from rootcause_engine.agent.bounded_store import BoundedStore
+from rootcause_engine.agent.store_values import (
+    MAX_COUNT,
+    LogCursor,
+    StoreLog,
+    as_dict,
+    as_int,
+    bad_value,
+    bump_counter,
+    dataclass_from_json,
+    int_value,
+    json_value,
+    read_value,
+    text_value,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +79,37 @@ FORMED, ABANDONED = "formed", "abandoned"
 
 #: How often a node waiting for the other members of a world looks at the store.
 POLL_INTERVAL_S = 0.01
+#: The deadline of each store call (a frozen store host): the peer watch's silence limit by default.
+STORE_TIMEOUT_S = SILENCE_LIMIT_S
+#: The most membership changes a job's log may hold. A node restarts once (its second failure ends
+#: the job), so a job logs a few changes per node; a longer log is not one of ours, and reading it
+#: would cost every node that many store reads.
+MAX_LOG_ENTRIES = 4096
+#: A change's reason is cut to this many characters (a diagnosis summary can be long; an entry must
+#: stay within what a reader accepts, :data:`LOG_ENTRY_BYTES`).
+MAX_REASON_CHARS = 2000
+#: The largest log entry a reader accepts (the reason above, escaped as JSON, with room to spare).
+LOG_ENTRY_BYTES = 16 << 10
+_OPS = ("leave", "join", "fatal", "lost")
+
+
+def _log_key(index: int) -> str:
+    return f"{_PREFIX}log/{index}"
+
+
+def _world_key(version: int) -> str:
+    return f"{_PREFIX}world/{version}"
+
+
+def _decided_key(version: int) -> str:
+    return f"{_PREFIX}decided/{version}"
+
+
+class WorldUnreadable(TimeoutError):
+    """The job's world state in the store cannot be agreed on (a membership log longer than
+    :data:`MAX_LOG_ENTRIES`, a counter that holds no count): no world change can complete. A
+    ``TimeoutError`` because the soft-restart loop must answer it as it answers a world change that
+    did not complete in time: it fails the job, with a report, instead of crashing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +123,16 @@ class Change:
     time_ns: int = 0
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        return json.dumps(dataclasses.asdict(dataclasses.replace(self, reason=self.reason[:MAX_REASON_CHARS])))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Change:
-        return cls(**json.loads(text))
+    def from_json(cls, text: str | bytes, key: str = "a membership change") -> Change | None:
+        """The change read from ``key``; ``None`` (logged) for anything that is not one."""
+        change = dataclass_from_json(cls, json_value(text, key, max_bytes=LOG_ENTRY_BYTES))
+        if isinstance(change, Change) and change.op in _OPS and as_int(change.node, low=0, high=MAX_COUNT) is not None:
+            return change
+        bad_value(key, "not a membership change")
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +144,8 @@ class World:
     fatal: Change | None = None
     changes: tuple[Change, ...] = ()
     finished: bool = False  # the training ended before this world formed
+    #: its proposal is no log length (every node reads the same bytes): no node forms it
+    void: bool = False
 
     def group_rank(self, node: int) -> int:
         return self.members.index(node)
@@ -106,85 +171,120 @@ def members_after(initial: Sequence[int], changes: Sequence[Change]) -> tuple[tu
 
 
 class SoftWorld:
-    """This node's view of the agreed worlds (see the module docstring)."""
+    """This node's view of the agreed worlds (see the module docstring).
 
-    def __init__(self, store: Any, node: int, name: str, initial: Sequence[int], min_nodes: int = 1) -> None:
+    ``store`` is torch's store (a world's process group and peer watch meet under its prefixes); this
+    class calls it only through its bounded client (``store_timeout_s`` per call)."""
+
+    def __init__(self, store: Any, node: int, name: str, initial: Sequence[int], min_nodes: int = 1, *,
+                 store_timeout_s: float = STORE_TIMEOUT_S, client: BoundedStore | None = None) -> None:
         self.store = store
         self.node = node
         self.name = name
         self.initial = tuple(initial)
         self.min_nodes = min_nodes
         self.current = World(0, tuple(sorted(initial)))
+        self._client = client if client is not None else _client(store, store_timeout_s)
+        self._lock = threading.Lock()  # one call at a time: the bounded client serves one
+        self._log = StoreLog(_LOG_LENGTH, _log_key, max_entries=MAX_LOG_ENTRIES)
+        self._log_read = LogCursor(self._log)
+        self._entries: dict[int, Change | None] = {}  # log entries read so far (None: not a change)
+
+    def _call(self, operation: str, *args: Any) -> Any:
+        with self._lock:
+            return self._client.call(operation, *args)
+
+    def close(self) -> None:
+        """Release the bounded client's helper thread (the loop is over)."""
+        self._client.close()
 
     # --- a job running, and pods that join it later ------------------------------------------
 
     def announce_running(self) -> None:
         """The first world formed: a pod that arrives from now on joins it (:meth:`join_running`)."""
-        self.store.set(_JOB, json.dumps({"nodes": len(self.initial)}))
+        self._call("set", _JOB, json.dumps({"nodes": len(self.initial)}))
 
     @staticmethod
-    def running_job_nodes(store: Any) -> int | None:
+    def running_job_nodes(store: Any, store_timeout_s: float = STORE_TIMEOUT_S) -> int | None:
         """The first world's node count of the job running in ``store``; ``None`` if none runs yet."""
-        if not store.check([_JOB]):
-            return None
-        return int(json.loads(store.get(_JOB))["nodes"])
+        client = _client(store, store_timeout_s)
+        try:
+            return _job_nodes(client.call)
+        finally:
+            client.close()
 
     @classmethod
-    def join_running(cls, store: Any, name: str, min_nodes: int = 1) -> SoftWorld | None:
+    def join_running(cls, store: Any, name: str, min_nodes: int = 1, *,
+                     store_timeout_s: float = STORE_TIMEOUT_S) -> SoftWorld | None:
         """A pod arriving once the job runs: a fresh node index after every earlier one, and the
         latest formed world as the current one (its :meth:`join` then asks for the next). ``None``
         (and nothing written) when no job runs yet: the pod takes part in torch's rendezvous."""
-        initial = cls.running_job_nodes(store)
+        client = _client(store, store_timeout_s)
+        initial = _job_nodes(client.call)
         if initial is None:
+            client.close()
             return None
-        node = initial - 1 + int(store.add(_ADDED, 1))
-        world = cls(store, node, name, range(initial), min_nodes)
+        added = bump_counter(client.call, _ADDED)
+        if added is None:
+            client.close()
+            raise WorldUnreadable(f"the count of pods that joined the running job ({_ADDED}) is no count")
+        world = cls(store, initial - 1 + added, name, range(initial), min_nodes, client=client)
         world.current = world.latest_formed()
         return world
 
     def latest_formed(self) -> World:
         """The newest world the pods formed (the first one if none formed since)."""
-        version, latest = 1, self.current
-        while self.store.check([f"{_PREFIX}decided/{version}"]):
-            if self.store.get(f"{_PREFIX}decided/{version}").decode() == FORMED:
-                latest = self._world(version)
-            version += 1
-        return latest
+        latest = self.current
+        for version in range(1, MAX_LOG_ENTRIES + 2):  # each world covers one more change at least
+            decision = self._decision(version)
+            if decision is None:
+                return latest
+            if decision == FORMED and not (world := self._world(version)).void:
+                latest = world
+        raise WorldUnreadable(f"more than {MAX_LOG_ENTRIES + 1} worlds were decided")
 
     # --- log and proposals ---------------------------------------------------------------------
 
     def _append(self, op: str, reason: str = "", node: int | None = None, name: str | None = None) -> int:
-        index = int(self.store.add(_LOG_LENGTH, 1))
         change = Change(op, self.node if node is None else node, name or self.name, reason, time.time_ns())
-        self.store.set(f"{_PREFIX}log/{index}", change.to_json())
+        index = self._log.append(self._call, change.to_json())
+        if index is None:
+            raise WorldUnreadable(f"the membership log ({_LOG_LENGTH}) cannot take another change")
         return index
 
-    def _log(self, length: int) -> list[Change]:
-        return [Change.from_json(self.store.get(f"{_PREFIX}log/{i}")) for i in range(1, length + 1)]
+    def _changes_through(self, length: int) -> list[Change]:
+        """The valid changes among log entries 1 to ``length`` (a gap waited for, then voided)."""
+        for index, value in self._log_read.read_through(self._call, length, poll_s=POLL_INTERVAL_S):
+            self._entries[index] = Change.from_json(value, _log_key(index))
+        return [change for index, change in sorted(self._entries.items()) if index <= length and change is not None]
 
-    def _proposed_length(self, version: int) -> int:
-        """Propose world ``version`` as the log so far; the length of whichever proposal won."""
-        length = int(self.store.add(_LOG_LENGTH, 0))
-        won = self.store.compare_set(f"{_PREFIX}world/{version}", "", str(length))
-        return int(won)
+    def _proposed_length(self, version: int) -> int | None:
+        """Propose world ``version`` as the log so far; the length of whichever proposal won
+        (``None`` for one that is no length)."""
+        length = self._log.length(self._call)
+        if length is None:
+            raise WorldUnreadable(f"the membership log's length ({_LOG_LENGTH}) is no count")
+        won = self._call("compare_set", _world_key(version), "", str(length))
+        return int_value(won, _world_key(version), high=MAX_LOG_ENTRIES)
 
     def _propose_covering(self, index: int) -> int:
         """The first world whose proposal includes log entry ``index`` (proposing it if needed)."""
-        version = self.current.version + 1
-        while self._proposed_length(version) < index:
-            version += 1
-        return version
+        for version in range(self.current.version + 1, MAX_LOG_ENTRIES + 2):
+            length = self._proposed_length(version)
+            if length is not None and length >= index:
+                return version
+        raise WorldUnreadable(f"no world up to {MAX_LOG_ENTRIES + 1} covers membership change {index}")
 
     def announce_finished(self) -> None:
         """This node's workers all returned: the training is over."""
-        self.store.set(_FINISHED, str(time.time_ns()))
+        self._call("set", _FINISHED, str(time.time_ns()))
 
     def job_finished(self) -> bool:
-        return bool(self.store.check([_FINISHED]))
+        return bool(self._call("check", [_FINISHED]))
 
     def change_proposed(self) -> bool:
         """Whether a world after the current one was proposed (one store round trip)."""
-        return bool(self.store.check([f"{_PREFIX}world/{self.current.version + 1}"]))
+        return bool(self._call("check", [_world_key(self.current.version + 1)]))
 
     def leave(self, reason: str) -> None:
         """This node failed and restarts its workers: the others go on without it."""
@@ -193,8 +293,8 @@ class SoftWorld:
     def remove_lost(self, node: int, name: str, reason: str) -> bool:
         """Another node is lost (the peer watch's verdict: a vanished or frozen pod): the others go on
         without it. The first node to say so logs it (one ``compare_set``); False for the others."""
-        claimed = self.store.compare_set(f"{_PREFIX}lost/{node}", "", str(self.node))
-        if claimed.decode() != str(self.node):
+        key = f"{_PREFIX}lost/{node}"
+        if text_value(self._call("compare_set", key, "", str(self.node)), key) != str(self.node):
             return False
         self._propose_covering(self._append("lost", reason, node=node, name=name))
         return True
@@ -215,10 +315,10 @@ class SoftWorld:
         """Wait until every node of the current world, and this one, has reached the end of the job
         (torch's own exit barrier waits for every node of the *first* world, a lost one included).
         False when some did not within ``timeout_s``."""
-        self.store.set(f"{_PREFIX}exit/{self.node}", str(time.time_ns()))
+        self._call("set", f"{_PREFIX}exit/{self.node}", str(time.time_ns()))
         keys = [f"{_PREFIX}exit/{node}" for node in sorted({*self.current.members, self.node})]
         deadline = time.monotonic() + timeout_s
-        while not self.store.check(keys):
+        while not self._call("check", keys):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(10 * POLL_INTERVAL_S)
@@ -241,10 +341,29 @@ class SoftWorld:
         return self._world(self.current.version + 1)
 
     def _world(self, version: int) -> World:
-        length = int(self.store.get(f"{_PREFIX}world/{version}"))
-        changes = self._log(length)
+        """World ``version`` as proposed; ``void`` when its proposal is no log length (or absent)."""
+        length = int_value(read_value(self._call, _world_key(version)), _world_key(version), high=MAX_LOG_ENTRIES)
+        if length is None:
+            return World(version, self.current.members, void=True)
+        changes = self._changes_through(length)
         members, fatal = members_after(self.initial, changes)
         return World(version, members, fatal, tuple(changes))
+
+    def _decision(self, version: int) -> str | None:
+        """World ``version``'s decision: ``None`` while undecided; anything but ``formed`` is not."""
+        return _decision_text(read_value(self._call, _decided_key(version)), _decided_key(version))
+
+    def _abandon(self, version: int) -> None:
+        """World ``version`` will not form: make sure a next one is proposed. Where a newer proposal
+        or a lost member abandoned it, that proposal is there already (the ``compare_set`` changes
+        nothing); where only a decision that was not ours did, the next world is the log so far."""
+        self._decide_once(version, ABANDONED)
+        self._proposed_length(version + 1)
+
+    def _decide_once(self, version: int, decision: str) -> str:
+        """Propose ``decision`` for world ``version``; the one that won (the first proposal)."""
+        won = _decision_text(self._call("compare_set", _decided_key(version), "", decision), _decided_key(version))
+        return won if won is not None else ABANDONED
 
     # --- forming a world ----------------------------------------------------------------------
 
@@ -254,12 +373,18 @@ class SoftWorld:
         A world whose members do not all arrive within ``timeout_s`` is abandoned, and the members
         that never came are logged ``lost``: the others go on without them. A world of fewer than
         ``min_nodes`` nodes is not formed: the members wait (paused) for the next proposal, a node
-        coming back, for up to ``timeout_s``.
+        coming back, for up to ``timeout_s``. A void proposal is abandoned by every node alike.
         """
         version = self.current.version + 1
         while True:
+            if version > MAX_LOG_ENTRIES + 1:
+                raise WorldUnreadable(f"no world up to {MAX_LOG_ENTRIES + 1} could be formed")
             self._await_proposal(version, timeout_s)
             world = self._world(version)
+            if world.void:
+                self._abandon(version)
+                version += 1
+                continue
             if world.fatal is not None or self.node not in world.members:
                 self.current = world
                 return world
@@ -268,7 +393,7 @@ class SoftWorld:
                                "waiting for a node to come back", version, len(world.members), self.min_nodes)
                 version += 1
                 continue
-            self.store.set(f"{_PREFIX}arrive/{version}/{self.node}", str(time.time_ns()))
+            self._call("set", f"{_PREFIX}arrive/{version}/{self.node}", str(time.time_ns()))
             decision = self._decide(world, timeout_s)
             if decision == FORMED:
                 self.current = world
@@ -276,37 +401,37 @@ class SoftWorld:
                 return world
             if decision == _FINISHED:
                 return dataclasses.replace(world, finished=True)
+            self._abandon(version)
             version += 1
 
     def _await_proposal(self, version: int, timeout_s: float) -> None:
-        key = f"{_PREFIX}world/{version}"
+        key = _world_key(version)
         deadline = time.monotonic() + timeout_s
-        while not self.store.check([key]):
+        while not self._call("check", [key]):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"soft restart: no world {version} was proposed within {timeout_s:g} s")
             time.sleep(POLL_INTERVAL_S)
 
     def _decide(self, world: World, timeout_s: float) -> str:
-        decided = f"{_PREFIX}decided/{world.version}"
         arrivals = [f"{_PREFIX}arrive/{world.version}/{node}" for node in world.members]
-        newer = f"{_PREFIX}world/{world.version + 1}"
+        newer = _world_key(world.version + 1)
         deadline = time.monotonic() + timeout_s
         while True:
-            if self.store.check([decided]):
-                return self.store.get(decided).decode()
-            if self.store.check(arrivals):
-                return self.store.compare_set(decided, "", FORMED).decode()
-            if self.store.check([newer]):
-                return self.store.compare_set(decided, "", ABANDONED).decode()
-            if self.store.check([_FINISHED]):
+            if (decided := self._decision(world.version)) is not None:
+                return decided
+            if self._call("check", arrivals):
+                return self._decide_once(world.version, FORMED)
+            if self._call("check", [newer]):
+                return self._decide_once(world.version, ABANDONED)
+            if self._call("check", [_FINISHED]):
                 return _FINISHED  # not a decision: the members still training finish in their own world
             if time.monotonic() >= deadline:
                 self._give_up_on_missing(world, arrivals)
-                return self.store.compare_set(decided, "", ABANDONED).decode()
+                return self._decide_once(world.version, ABANDONED)
             time.sleep(POLL_INTERVAL_S)
 
     def _give_up_on_missing(self, world: World, arrivals: list[str]) -> None:
-        missing = [node for node, key in zip(world.members, arrivals, strict=True) if not self.store.check([key])]
+        missing = [node for node, key in zip(world.members, arrivals, strict=True) if not self._call("check", [key])]
         logger.warning("soft restart: nodes %s never arrived at world %d: going on without them", missing,
                        world.version)
         last = 0
@@ -314,3 +439,27 @@ class SoftWorld:
             last = self._append("lost", f"never arrived at world {world.version}", node=node, name=f"node {node}")
         if last:
             self._propose_covering(last)
+
+
+def _client(store: Any, timeout_s: float) -> BoundedStore:
+    return BoundedStore(store, timeout_s, name="rendezvous store (soft restarts)")
+
+
+def _job_nodes(call: Any) -> int | None:
+    """The first world's node count of the running job (``job``); ``None`` when none runs yet, or
+    when the value is no node count (logged: the pod then takes part in torch's rendezvous)."""
+    entry = as_dict(json_value(read_value(call, _JOB), _JOB))
+    nodes = None if entry is None else as_int(entry.get("nodes"), low=1, high=MAX_COUNT)
+    if entry is not None and nodes is None:
+        bad_value(_JOB, "no node count")
+    return nodes
+
+
+def _decision_text(value: bytes | None, key: str) -> str | None:
+    """A decision read from ``key``: ``None`` when absent; one that is neither ``formed`` nor
+    ``abandoned`` counts as ``abandoned`` (logged): every node reads the same bytes."""
+    text = text_value(value, key, max_bytes=16)
+    if value is not None and text not in (FORMED, ABANDONED):
+        bad_value(key, "neither formed nor abandoned")
+        return ABANDONED
+    return text

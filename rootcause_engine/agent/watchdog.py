@@ -28,7 +28,10 @@ victims), takes the launch record and runs the one diagnosis pipeline on it, pee
 every other road does (:func:`.diagnosis.pipeline.diagnose`, trigger ``AGENT_HUNG``), turns the
 diagnosis into the front-end's exception (``error_of``, given by the task), hands that to the
 last-resort failure sink (:mod:`failure_sink`: the entrypoint's per-worker error-file writer, else
-stderr), and exits with :data:`AGENT_HUNG_EXIT_CODE`.
+stderr), and exits: with 0 once the sink wrote the document (the exit-0 contract: the training
+operator fails a PyTorchJob as soon as one pod exits non-zero, and Flyte then reads no error
+document at all, so a non-zero exit would hide the very report the watchdog just wrote), with
+:data:`AGENT_HUNG_EXIT_CODE` when no document could be written.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ from rootcause_engine.agent.launch_record import record_launch
 
 logger = logging.getLogger(__name__)
 
-#: Exit status of a pod whose agent the watchdog ended: non-zero, and distinct in the pod status from an
-#: uncaught exception (1), a usage error (2) and the entrypoint's failed error-file write (3).
+#: Exit status of a pod whose agent the watchdog ended without a written document (no sink, or its
+#: writes failed): non-zero, and distinct in the pod status from an uncaught exception (1), a usage
+#: error (2) and the entrypoint's failed error-file write (3). A pod whose document was written exits 0.
 AGENT_HUNG_EXIT_CODE = 4
 #: torch's ``LocalElasticAgent`` exit barrier (``launch_agent`` does not change it).
 TORCH_EXIT_BARRIER_TIMEOUT_S = 300.0
@@ -235,6 +239,7 @@ class AgentWatchdog:
         """
         note = _describe_hang(snapshot, self.settings) if expedited is None else expedited[1]
         trigger = Trigger.AGENT_HUNG if expedited is None else expedited[2]
+        code = AGENT_HUNG_EXIT_CODE
         try:
             logger.critical("%s Writing the root cause and exiting.", note)
             self._end_survivors()
@@ -242,13 +247,14 @@ class AgentWatchdog:
             delivery = deliver_last_resort(error, timeout_s=self.settings.sink_timeout_s)
             if delivery.written_to:
                 logger.critical("root cause written to %s", delivery.written_to)
+                code = 0
         except BaseException:
             logger.exception("agent watchdog could not report the root cause; exiting anyway")
         finally:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
-            self._exit_process(AGENT_HUNG_EXIT_CODE)
+            self._exit_process(code)
 
     def _end_survivors(self) -> None:
         """Note teardown, then SIGTERM/grace/SIGKILL the last attempt's live workers (victims)."""

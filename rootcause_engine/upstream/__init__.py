@@ -45,7 +45,10 @@ lets another version run (the symbols are still checked, their behaviour is not)
   ``torch.distributed.elastic.rendezvous.utils._matches_machine_hostname`` (called: would torch host
   the rendezvous store here?) and
   ``torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._create_tcp_store_server``
-  (replaced for a forking launch: the workers' store runs in a keeper process).
+  (replaced for a forking launch: the workers' store runs in a keeper process);
+  ``torch.distributed.elastic.multiprocessing.api._terminate_process_handler`` (replaced for a
+  launch: the kubelet's SIGTERM is noted before torch acts on it) and
+  ``torch.distributed.elastic.multiprocessing.api.SignalException`` (raised, as torch's handler does).
 - :mod:`.torch_agent_loop` (the agent, ``restart_policy="soft"``; torch):
   ``torch.distributed.launcher.api.LocalElasticAgent`` (replaced for a launch by a subclass whose
   ``torch.distributed.elastic.agent.server.api.SimpleElasticAgent._invoke_run`` is overridden);

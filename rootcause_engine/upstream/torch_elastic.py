@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,6 +115,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _torch(_SPAWN, "ProcessExitedException", "raises, for failures torch's join would miss"),
     _MATCHES_HOST,
     _BOOTSTRAP_SERVER,
+    _torch(_API, "_terminate_process_handler", "replaces, to note the kubelet's SIGTERM before torch acts on it"),
+    _torch(_API, "SignalException", "raises, as torch's own handler does, to end the launch on a SIGTERM"),
 )
 
 
@@ -156,6 +160,38 @@ def patch_bootstrap_store_server(create: Callable[[Callable[[str, int], Any], st
 
 
 # --- launch-scoped patches (checked) -------------------------------------------------------------
+
+
+def signal_exception(signum: int) -> BaseException:
+    """The exception torch's own termination handler raises for ``signum`` (its agent shuts the
+    workers down on it, and its launch re-raises it)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    sigval = signal.Signals(signum)
+    return api.SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+
+
+@contextlib.contextmanager
+def patch_termination_handler(on_sigterm: Callable[[int, Any], None]) -> Iterator[None]:
+    """For the block, the handler torch installs for its termination signals (when it starts workers)
+    sends SIGTERM to ``on_sigterm`` and every other signal to torch's own handler.
+
+    ``PContext.start`` installs ``_terminate_process_handler`` as a global of its module on every
+    attempt, so replacing it there covers every attempt of the launch.
+    """
+    _check()
+    from torch.distributed.elastic.multiprocessing import api
+
+    original = api._terminate_process_handler
+
+    def handler(signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM:
+            on_sigterm(signum, frame)
+        else:
+            original(signum, frame)
+
+    with patched(api, _terminate_process_handler=handler):
+        yield
 
 
 @contextlib.contextmanager

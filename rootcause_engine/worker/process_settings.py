@@ -33,6 +33,12 @@ from rootcause_engine.upstream.torch_worker import (
 )
 from rootcause_engine.worker.hang_probe import install_hang_probe
 from rootcause_engine.worker.point_to_point import record_point_to_point
+from rootcause_engine.worker.progress_beacon import (
+    BEACON_INTERVAL_S,
+    BEACON_INTERVAL_VARIABLE,
+    beacon_interval,
+    start_progress_beacon,
+)
 
 #: Seconds without a heartbeat from NCCL's watchdog thread before its monitor aborts the process.
 NCCL_HEARTBEAT_TIMEOUT_VAR = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
@@ -76,6 +82,8 @@ def agent_environment(config: Any) -> dict[str, str]:
         wanted[FLIGHT_RECORDER_BUFFER_VAR] = str(int(config.flight_recorder_entries))
     if config.restart_policy == "hard" and int(config.max_restarts) >= 1:
         wanted[UNSHARED_WORKER_STORE_VAR] = "1"
+    if config.hang_after_s is not None:  # the agent's hang watch reads each worker's beacon
+        wanted[BEACON_INTERVAL_VARIABLE] = str(BEACON_INTERVAL_S)
     return wanted
 
 
@@ -132,6 +140,8 @@ class WorkerProcessSettings:
         if self.hang_probe:
             install_hang_probe(worker_error_file())
             record_point_to_point()
+        if (interval := beacon_interval()) is not None:  # the agent's hang watch is on
+            start_progress_beacon(worker_error_file(), interval)
         if os.environ.get(PYTHONUNBUFFERED_VAR):
             _line_buffer_stdio()
         if soft_restart.enabled():  # a soft-restart worker: its groups are left as reinitialize leaves them

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 from flyteidl2.core import execution_pb2
 
-from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.faults import POD_FAULTS, Fault, FaultKind
 from rootcause_harness.flyte2 import training
 from rootcause_harness.flyte2.console import console_at_decision
 from rootcause_harness.flyte2.job import JobSpec, run_job
@@ -28,8 +28,6 @@ NNODES, NPROC = 2, 2
 #: A hang surfaces only when its peers' collective times out: that fault runs the tasks whose
 #: collective timeout is short (3 s).
 SHORT_TIMEOUT_KINDS = (FaultKind.HANG,)
-#: Faults whose whole pod is gone: the error names the pod, no rank of it reports.
-POD_ONLY_KINDS = (FaultKind.VANISH, FaultKind.FREEZE)
 
 
 @click.command()
@@ -80,7 +78,7 @@ def main(kind: str, pod_index: int, local_rank: int, upstream: bool, output_dir:
     click.echo(f"at the operator's decision: {at_decision.outcome}")
     click.echo(at_decision.line())
     right = named[0] == at_decision.worker == result.injected_worker and (
-        fault_kind in POD_ONLY_KINDS or named[1] == at_decision.rank == result.injected_rank
+        fault_kind in POD_FAULTS or named[1] == at_decision.rank == result.injected_rank
     )
     if not right:
         click.echo("The action's error names another worker than the injected fault.")

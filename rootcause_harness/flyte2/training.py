@@ -18,7 +18,7 @@ from flyteplugins.pytorch import Elastic
 from flyteplugins.rootcause import ElasticRootCause, StragglerCheck
 from rootcause_harness.faults import INJECTED_MESSAGE
 from rootcause_harness.soft_training_loop import run_soft_training
-from rootcause_harness.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from rootcause_harness.training_loop import LONG_COLLECTIVE_TIMEOUT_S, SHORT_COLLECTIVE_TIMEOUT_S, run_training
 
 
 def _env(name: str, config: Elastic) -> flyte.TaskEnvironment:
@@ -29,6 +29,8 @@ rootcause_2x2 = _env("rootcause_2x2", ElasticRootCause(nnodes=2, nproc_per_node=
 elastic_2x2 = _env("elastic_2x2", Elastic(nnodes=2, nproc_per_node=2, max_restarts=0))
 rootcause_4x2 = _env("rootcause_4x2", ElasticRootCause(nnodes=4, nproc_per_node=2, max_restarts=0))
 elastic_4x2 = _env("elastic_4x2", Elastic(nnodes=4, nproc_per_node=2, max_restarts=0))
+rootcause_8x1 = _env("rootcause_8x1", ElasticRootCause(nnodes=8, nproc_per_node=1, max_restarts=0))
+elastic_8x1 = _env("elastic_8x1", Elastic(nnodes=8, nproc_per_node=1, max_restarts=0))
 #: The same 2 x 2 jobs with ``Elastic``'s default ``max_restarts`` (3): a failure restarts every
 #: worker three times before the job fails (the fault recurs at its step in every attempt).
 rootcause_2x2_restarting = _env("rootcause_2x2_restarting", ElasticRootCause(nnodes=2, nproc_per_node=2))
@@ -51,6 +53,12 @@ def train_2x2(steps: int = 8) -> float:
 @rootcause_2x2.task
 def train_2x2_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@rootcause_2x2.task
+def train_2x2_long_timeout(steps: int = 8) -> float:
+    """The collective timeout users run (30 min): a hang is named by the hang watch, long before it."""
+    return run_training(steps, LONG_COLLECTIVE_TIMEOUT_S, LONG_COLLECTIVE_TIMEOUT_S)
 
 
 @elastic_2x2.task
@@ -90,6 +98,26 @@ def train_4x2_elastic(steps: int = 8) -> float:
 
 @elastic_4x2.task
 def train_4x2_elastic_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@rootcause_8x1.task
+def train_8x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@rootcause_8x1.task
+def train_8x1_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@elastic_8x1.task
+def train_8x1_elastic(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@elastic_8x1.task
+def train_8x1_elastic_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
 
 

@@ -21,7 +21,7 @@ import click
 from backend_reader import RemoteFileOutputReader
 from backend_reader.render import print_table, table_console
 from backend_reader.upstream_rule import UpstreamReadError, earliest_error
-from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.faults import POD_FAULTS, Fault, FaultKind
 from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobSpec, StoreAccess, pod_name, run_job
 from rootcause_harness.flytekit.training import train_2x2, train_2x2_short_timeout
@@ -89,7 +89,7 @@ def main(kind: str, pod_index: int, local_rank: int, output_dir: Path) -> None:
     console.print(f"pod logs:    {result.sim_dir}", highlight=False)
     print(at_decision.line(), flush=True)  # plain, for scripts
     correct = at_decision.worker == shown == root.worker == result.injected_worker and (
-        root.global_rank is None or root.global_rank == result.injected_rank
+        root.global_rank is None or FaultKind(kind) in POD_FAULTS or root.global_rank == result.injected_rank
     )
     if not correct:
         console.print("[bold red]The reported root cause is not the injected fault.[/]")

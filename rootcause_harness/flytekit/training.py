@@ -10,7 +10,7 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from rootcause_harness.training_loop import SHORT_COLLECTIVE_TIMEOUT_S, run_training
+from rootcause_harness.training_loop import LONG_COLLECTIVE_TIMEOUT_S, SHORT_COLLECTIVE_TIMEOUT_S, run_training
 
 # One task per job shape and config; monitor_interval is left at each config's default (what a
 # user gets). flytekit resolves a task by its function's name, hence one function each.
@@ -77,3 +77,45 @@ def train_4x2_short_timeout(steps: int = 8) -> float:
 @task(task_config=Elastic(nnodes=4, nproc_per_node=2))
 def train_4x2_elastic_short_timeout(steps: int = 8) -> float:
     return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+# 8 pods x 1 worker: the most pods this machine holds, each its own agent and store client.
+
+
+@task(task_config=ElasticRootCause(nnodes=8, nproc_per_node=1))
+def train_8x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=Elastic(nnodes=8, nproc_per_node=1))
+def train_8x1_elastic(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@task(task_config=ElasticRootCause(nnodes=8, nproc_per_node=1))
+def train_8x1_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=Elastic(nnodes=8, nproc_per_node=1))
+def train_8x1_elastic_short_timeout(steps: int = 8) -> float:
+    return run_training(steps, SHORT_COLLECTIVE_TIMEOUT_S)
+
+
+# The collective timeout users run (30 min, for the default group too): a hang is named by the hang
+# watch (hang_after_s), long before any collective times out (benchmarks/hang_verdict.py).
+
+
+@task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2))
+def train_2x2_long_timeout(steps: int = 8) -> float:
+    return run_training(steps, LONG_COLLECTIVE_TIMEOUT_S, LONG_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=4, nproc_per_node=2))
+def train_4x2_long_timeout(steps: int = 8) -> float:
+    return run_training(steps, LONG_COLLECTIVE_TIMEOUT_S, LONG_COLLECTIVE_TIMEOUT_S)
+
+
+@task(task_config=ElasticRootCause(nnodes=8, nproc_per_node=1))
+def train_8x1_long_timeout(steps: int = 8) -> float:
+    return run_training(steps, LONG_COLLECTIVE_TIMEOUT_S, LONG_COLLECTIVE_TIMEOUT_S)

@@ -19,7 +19,6 @@ import torch.multiprocessing as torch_mp
 
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_engine.agent.diagnosis.selection import EXITED_WITHOUT_RESULT
-from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from tests.elastic_tasks import stalling_workers
 from tests.elastic_tasks.errors import root_cause_error_of
 from tests.watchdog_tasks.agent_process import agent_process
@@ -58,7 +57,7 @@ def test_a_recorded_failure_ends_the_launch_though_its_process_never_exits(tmp_p
 
 def test_watchdog_ends_the_launch_when_torch_and_the_death_watcher_see_nothing(tmp_path: Path) -> None:
     with agent_process("blind_agent", tmp_path, "blind-pod-0", TIMEOUT_S) as run:
-        assert run.returncode == AGENT_HUNG_EXIT_CODE, run.stderr[-3000:]
+        assert run.returncode == 0, run.stderr[-3000:]  # the document is written: the exit-0 contract
     document = run.document
     assert document is not None
     assert document["type"] == "ElasticRootCauseError"

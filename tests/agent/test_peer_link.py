@@ -2,7 +2,8 @@
 
 The watched pod is a real process (its own agent's ``PeerWatch``, its own store client), killed with a
 real signal; the silence limit is a minute, so a verdict within the test's wait can only come from the
-link. A pod that said it was done, a frozen one and a forked worker's exit give no verdict.
+link. A pod that said it was done, a frozen one and a forked worker's exit give no verdict; nor does a
+link the network cuts while the pod's heartbeat goes on (a closed link is evidence, not a verdict).
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ VERDICT_WAIT_S = 30.0
 QUIET_S = 2.0
 
 #: The watched pod: the last rank (of 2 unless argv says), with its own PeerWatch; on stdin, "finish"
-#: says it is done and exits, "fork" starts a forked child that outlives the pod; it prints "ready"
-#: once joined.
+#: says it is done and exits, "fork" starts a forked child that outlives the pod, "cut" shuts down its
+#: end of every link its watchers hold (as a proxy's idle timeout or a conntrack flush ends them:
+#: the process lives on), "stop" stops its heartbeat (the process lives on); it prints "ready" once
+#: joined, and answers "cut" and "stop" once done.
 _POD = """
-import datetime, os, sys, time
+import datetime, os, socket, sys, time
 from torch.distributed import TCPStore
+from rootcause_engine.agent.peer_link import link_hub
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=10),
@@ -56,6 +60,13 @@ for line in sys.stdin:
             time.sleep(600)
             os._exit(0)
         print(child, flush=True)
+    if line.strip() == "cut":
+        for conn in list(link_hub()._accepted):
+            conn.shutdown(socket.SHUT_RDWR)
+        print("cut", flush=True)
+    if line.strip() == "stop":
+        peers.stop()
+        print("stop", flush=True)
 """
 
 
@@ -105,6 +116,40 @@ def _send(pod: subprocess.Popen[str], line: str) -> None:
     assert pod.stdin is not None
     pod.stdin.write(line + "\n")
     pod.stdin.flush()
+
+
+def _ask(pod: subprocess.Popen[str], line: str) -> None:
+    """Send ``line`` and wait for the pod's answer (it echoes the command once done)."""
+    _send(pod, line)
+    assert pod.stdout is not None and pod.stdout.readline().strip() == line
+
+
+def test_a_link_the_network_cuts_while_the_heartbeat_goes_on_is_no_verdict_and_is_made_again(
+    server_port: int, watched_pod: subprocess.Popen[str]
+) -> None:
+    """One reset of the link (the pod lives, its heartbeat moves): logged, made again, no verdict.
+    Then the heartbeat stops and the link closes again: the verdict comes within a few beats."""
+    peers, told = _watcher(server_port)
+    try:
+        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        first = peers._current().link  # type: ignore[union-attr]
+        _ask(watched_pod, "cut")
+        assert _wait_until(lambda: first.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
+        assert _wait_until(lambda: _linked(peers) and peers._current().link is not first,  # type: ignore[union-attr]
+                           VERDICT_WAIT_S), "the cut link was not made again"
+        time.sleep(QUIET_S)
+        assert told == []
+        _ask(watched_pod, "stop")  # the heartbeat ends; the link alone is still no verdict
+        time.sleep(QUIET_S)
+        assert told == []
+        _ask(watched_pod, "cut")  # now both signs agree: its processes ended
+        started = time.monotonic()
+        assert _wait_until(lambda: bool(told), VERDICT_WAIT_S), "no verdict once both the link and the beat ended"
+        assert time.monotonic() - started < VERDICT_WAIT_S / 3  # a few beats, far from the 60 s silence limit
+        (lost,) = told[0]
+        assert (lost.group_rank, lost.worker) == (1, "pod-1") and lost.last_seen_ns is not None
+    finally:
+        peers.stop()
 
 
 def test_a_pod_whose_processes_are_killed_is_declared_lost_long_before_the_silence_limit(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE
 from tests.watchdog_tasks.agent_process import agent_process
 
 pytestmark = pytest.mark.slow
@@ -31,7 +30,7 @@ def _alive(pid: int) -> bool:
 
 def test_watchdog_ends_a_hung_agent_and_writes_the_root_cause(tmp_path: Path) -> None:
     with agent_process("hung_agent", tmp_path, WORKER_NAME, TIMEOUT_S) as run:
-        assert run.returncode == AGENT_HUNG_EXIT_CODE, run.stderr[-3000:]
+        assert run.returncode == 0, run.stderr[-3000:]  # the document is written: the exit-0 contract
         document = run.document
         assert document is not None
         # the report also reached stderr (the pod log), and no worker outlived the agent

@@ -11,38 +11,30 @@ from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
-from flytekit.core.data_persistence import FileAccessProvider
 from s3fs.errors import translate_boto_error
 
 from flytekitplugins_rootcause.entrypoint.error_documents import ErrorFilePolicy
 from flytekitplugins_rootcause.entrypoint.error_upload import (
     ErrorDocumentWriteError,
     LocalErrorStore,
-    is_write_conflict,
     store_for,
     write_error_documents,
 )
+from rootcause_core.store_retry import is_write_conflict
 from testbed.object_stores import ObjectStore
-from tests.entrypoint_tasks.harness import list_names, read_bytes
+from tests.entrypoint_tasks.harness import flytekit_file_access, list_names, read_bytes
 
 pytestmark = pytest.mark.slow
 
 BOTH = ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)
 
 
-def _file_access(tmp_path: Path, store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> FileAccessProvider:
-    """flytekit's own provider, configured as in a pod, so its credential resolution is what is used."""
-    if store.protocol == "s3":
-        monkeypatch.setenv("FLYTE_AWS_ENDPOINT", store.storage_options["endpoint_url"])
-        monkeypatch.setenv("FLYTE_AWS_ACCESS_KEY_ID", store.storage_options["key"])
-        monkeypatch.setenv("FLYTE_AWS_SECRET_ACCESS_KEY", store.storage_options["secret"])
-    return FileAccessProvider(local_sandbox_dir=str(tmp_path / "sandbox"), raw_output_prefix=store.root)
 
 
 def test_create_if_absent_keeps_the_first_writer_on_every_store(
     any_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = store_for(any_store.root, _file_access(tmp_path, any_store, monkeypatch))
+    store = store_for(any_store.root, flytekit_file_access(tmp_path, any_store, monkeypatch))
     path = f"{any_store.new_prefix('create')}/error.pb"
     assert store.create(path, b"first") is True
     assert store.create(path, b"second") is False
@@ -74,7 +66,7 @@ def test_per_worker_file_and_error_pb_hold_the_same_document(
     file_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = file_store.new_prefix("docs")
-    file_access = _file_access(tmp_path, file_store, monkeypatch)
+    file_access = flytekit_file_access(tmp_path, file_store, monkeypatch)
     outcome = write_error_documents(f"file://{prefix}", b"doc", "pod/../0", None, BOTH, file_access)
     names = list_names(file_store, prefix)
     assert len(names) == 2 and "error.pb" in names
@@ -91,7 +83,7 @@ def test_a_missing_bucket_is_reported_for_every_file_with_path_and_reason(
     store: ObjectStore = request.getfixturevalue(fixture)
     prefix = f"{store.protocol}://no-such-bucket-rootcause/run/out"
     with pytest.raises(ErrorDocumentWriteError) as excinfo:
-        write_error_documents(prefix, b"doc", "pod-0", None, BOTH, _file_access(tmp_path, store, monkeypatch))
+        write_error_documents(prefix, b"doc", "pod-0", None, BOTH, flytekit_file_access(tmp_path, store, monkeypatch))
     paths = [failure.path for failure in excinfo.value.failures]
     assert len(paths) == 2 and paths[1] == f"{prefix}/error.pb" and paths[0].startswith(f"{prefix}/error-pod-0-")
     for failure in excinfo.value.failures:
@@ -103,7 +95,7 @@ def test_an_unwritable_local_prefix_is_reported(
 ) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_bytes(b"")
-    file_access = _file_access(tmp_path, file_store, monkeypatch)
+    file_access = flytekit_file_access(tmp_path, file_store, monkeypatch)
     with pytest.raises(ErrorDocumentWriteError) as excinfo:
         write_error_documents(str(blocker / "out"), b"doc", "pod-0", None, BOTH, file_access)
     assert {failure.reason.split(":")[0] for failure in excinfo.value.failures} == {"NotADirectoryError"}

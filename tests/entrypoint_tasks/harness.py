@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from flyteidl.core import errors_pb2, literals_pb2
+from flytekit.core.data_persistence import FileAccessProvider
 from flytekit.models import literals
 
 from rootcause_harness.flytekit.job import StoreAccess
@@ -151,3 +153,12 @@ def read_outputs(store: ObjectStore, prefix: str) -> literals_pb2.LiteralMap:
     outputs = literals_pb2.LiteralMap()
     outputs.ParseFromString(read_bytes(store, f"{prefix}/outputs.pb"))
     return outputs
+
+
+def flytekit_file_access(tmp_path: Path, store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> FileAccessProvider:
+    """flytekit's own provider, configured as in a pod, so its credential resolution is what is used."""
+    if store.protocol == "s3":
+        monkeypatch.setenv("FLYTE_AWS_ENDPOINT", store.storage_options["endpoint_url"])
+        monkeypatch.setenv("FLYTE_AWS_ACCESS_KEY_ID", store.storage_options["key"])
+        monkeypatch.setenv("FLYTE_AWS_SECRET_ACCESS_KEY", store.storage_options["secret"])
+    return FileAccessProvider(local_sandbox_dir=str(tmp_path / "sandbox"), raw_output_prefix=store.root)

@@ -47,6 +47,7 @@ def test_every_elastic_field_keeps_its_place_and_default_but_the_monitor_interva
     [
         ({"teardown_grace_s": -1}, "teardown_grace_s must be >= 0"),
         ({"agreement_timeout_s": 0}, "agreement_timeout_s must be > 0"),
+        ({"hang_after_s": 2}, "hang_after_s must be >= 10 seconds"),
         ({"restart_policy": "soft"}, 'needs nnodes as a range "min:max"'),
         ({"restart_policy": "sometimes"}, "restart_policy must be one of"),
         ({"nccl_heartbeat_timeout_sec": 0}, "nccl_heartbeat_timeout_sec must be > 0"),

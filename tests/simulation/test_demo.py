@@ -20,4 +20,8 @@ def test_the_demo_names_the_injected_worker_in_both_readers(tmp_path: Path) -> N
     injected = next(line for line in lines if line.startswith("injected:"))
     reported = next(line for line in lines if line.startswith("root cause:"))
     assert reported.split(":", 1)[1].strip() == injected.split(":", 1)[1].strip()
-    assert "Flyte console (upstream rule, aggregation on): train-worker-1" in run.stdout
+    assert "Flyte console after the last exit (upstream rule, aggregation on): train-worker-1" in run.stdout
+    [operator] = [line for line in lines if line.startswith("operator: ")]  # one line, for scripts
+    assert operator.startswith("operator: job=Succeeded at=train-worker-") and operator.endswith(
+        " code=0 console=train-worker-1"
+    ), operator

@@ -555,6 +555,26 @@ def _create_tcp_store_server(_: Any) -> None:
     assert seen == [("127.0.0.1", 0)] and handler_class._create_tcp_store_server is original
 
 
+def _termination_handler(_: Any) -> None:
+    """torch installs its termination handler by the module global's name each time it starts workers,
+    and raises ``SignalException(message, sigval=...)``; the patch routes SIGTERM alone."""
+    import signal
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    from rootcause_engine.upstream.torch_elastic import patch_termination_handler, signal_exception
+
+    assert "_terminate_process_handler" in api.PContext.start.__code__.co_names
+    raised = signal_exception(signal.SIGTERM)
+    assert isinstance(raised, api.SignalException) and raised.sigval == signal.SIGTERM
+    original, seen = api._terminate_process_handler, []
+    with patch_termination_handler(lambda signum, frame: seen.append(signum)):
+        api._terminate_process_handler(signal.SIGTERM, None)
+        with pytest.raises(api.SignalException):
+            api._terminate_process_handler(signal.SIGINT, None)  # torch's own, for every other signal
+    assert seen == [signal.SIGTERM] and api._terminate_process_handler is original
+
+
 def _running_job_parts(_: Any) -> None:
     """A pod joining a running job: the handler's own store (a TCPStore client, outside any round),
     scoped to the run id, and a worker group filled in without a rendezvous."""
@@ -664,6 +684,8 @@ SMOKE_TESTS: dict[str, Callable[[Any], None]] = {
     f"{WORKER_API}.SimpleElasticAgent._store": _running_job_parts,
     f"{WORKER_API}.Worker": _running_job_parts,
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._store": _running_job_parts,
+    "torch.distributed.elastic.multiprocessing.api._terminate_process_handler": _termination_handler,
+    "torch.distributed.elastic.multiprocessing.api.SignalException": _termination_handler,
     "torch.distributed.distributed_c10d.init_process_group": _default_group_lifecycle,
     "torch.distributed.distributed_c10d.destroy_process_group": _default_group_lifecycle,
 }

@@ -27,6 +27,7 @@ def test_defaults_ask_for_every_setting() -> None:
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
         "TORCH_FR_BUFFER_SIZE": "2000",
+        "ROOTCAUSE_PROGRESS_BEACON_S": "2.0",  # the hang watch reads each worker's beacon
     }
 
 
@@ -47,6 +48,7 @@ def test_each_setting_can_be_left_to_torch() -> None:
         nccl_async_error_handling=None,
         unbuffered_output=False,
         flight_recorder_entries=None,
+        hang_after_s=None,
     )
     assert agent_environment(config) == {}  # one worker per node: OpenMP may use the cores
 

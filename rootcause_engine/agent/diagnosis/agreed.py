@@ -23,11 +23,20 @@ from typing import Any
 
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_core.roles import role_marker
-from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, member_from_entry
+from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, lost_peer_from_entry, member_from_entry
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
 from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable
+from rootcause_engine.agent.store_values import (
+    LARGE_VALUE_BYTES,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    dataclass_from_json,
+    parse_json,
+)
 
 #: Bumped when a word's or a report's JSON changes: pods of one job run one image, so a mismatch
 #: means a stray key, which is ignored.
@@ -38,11 +47,22 @@ def failure_to_json(failure: WorkerFailure) -> dict[str, Any]:
     return {field.name: _plain(getattr(failure, field.name)) for field in dataclasses.fields(failure)}
 
 
-def failure_from_json(data: dict[str, Any]) -> WorkerFailure:
-    values = {field.name: data[field.name] for field in dataclasses.fields(WorkerFailure) if field.name in data}
-    values["role"] = Role(values["role"])
-    values["time_source"] = TimeSource(values["time_source"])
-    return WorkerFailure(**values)
+def failure_from_json(data: object) -> WorkerFailure | None:
+    """The failure in ``data`` (:func:`failure_to_json`), each field of the type its annotation
+    names; ``None`` for anything else (a string where a time belongs would break the ordering)."""
+    failure = dataclass_from_json(WorkerFailure, data)
+    return failure if isinstance(failure, WorkerFailure) else None
+
+
+def _valid(entries: object, parse: Any) -> tuple[Any, ...]:
+    """The entries of a JSON list that ``parse`` accepts: an invalid entry is dropped, never the value."""
+    return tuple(parsed for parsed in map(parse, as_list(entries) or ()) if parsed is not None)
+
+
+def _format_1(text: str | bytes) -> dict[str, Any] | None:
+    """The object in ``text`` if it is one of ours in :data:`FORMAT` (bounded in size and depth)."""
+    data = as_dict(parse_json(text, max_bytes=LARGE_VALUE_BYTES))
+    return data if data is not None and data.get("format") == FORMAT else None
 
 
 def _plain(value: Any) -> Any:
@@ -76,20 +96,23 @@ class PodWord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PodWord | None:
-        """The word in ``text``; ``None`` for anything that is not one (a stray or torn value)."""
-        try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT:
-                return None
-            members = tuple(m for m in (member_from_entry(entry) for entry in data["members"]) if m is not None)
-            return cls(
-                worker=str(data["worker"]),
-                failures=tuple(failure_from_json(f) for f in data["failures"]),
-                lost_peers=tuple(LostPeer(int(g), str(w), None if t is None else int(t)) for g, w, t in data["lost"]),
-                members=members,
-            )
-        except (ValueError, TypeError, KeyError, AttributeError):
+        """The word in ``text``; ``None`` for anything that is not one (a stray, torn or forged
+        value, a failure that is not one included: the failures are what a word says). A lost peer
+        or member that is not valid is left out, the rest kept, as in a testimony."""
+        data = _format_1(text)
+        worker = None if data is None else as_str(data.get("worker"))
+        failures = None if data is None else as_list(data.get("failures"))
+        if data is None or worker is None or failures is None:
             return None
+        parsed = _valid(failures, failure_from_json)
+        if len(parsed) != len(failures):
+            return None
+        return cls(
+            worker=worker,
+            failures=parsed,
+            lost_peers=_valid(data.get("lost"), lost_peer_from_entry),
+            members=_valid(data.get("members"), member_from_entry),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,21 +145,29 @@ class AgreedReport:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> AgreedReport | None:
-        try:
-            data = json.loads(text)
-            if data.get("format") != FORMAT:
-                return None
-            return cls(
-                message=str(data["message"]),
-                recoverable=bool(data["recoverable"]),
-                worker=data["worker"],
-                global_rank=data["global_rank"],
-                timestamp_ns=data["timestamp_ns"],
-                testified=tuple(str(w) for w in data["testified"]),
-                failures=tuple(failure_from_json(f) for f in data["failures"]),
-            )
-        except (ValueError, TypeError, KeyError, AttributeError):
+        """The report in ``text``; ``None`` for anything that is not one, a field of the wrong type
+        included (every pod writes what it reads here: it must be a report of ours)."""
+        data = _format_1(text)
+        if data is None:
             return None
+        message, recoverable, testified = as_str(data.get("message")), data.get("recoverable"), data.get("testified")
+        worker, global_rank, timestamp_ns = data.get("worker"), data.get("global_rank"), data.get("timestamp_ns")
+        failures = as_list(data.get("failures"))
+        if (
+            message is None
+            or not isinstance(recoverable, bool)
+            or not (worker is None or isinstance(worker, str))
+            or not (global_rank is None or as_int(global_rank, low=0) is not None)
+            or not (timestamp_ns is None or as_int(timestamp_ns) is not None)
+            or not isinstance(testified, list)
+            or not all(isinstance(pod, str) for pod in testified)
+            or failures is None
+        ):
+            return None
+        parsed = _valid(failures, failure_from_json)
+        if len(parsed) != len(failures):
+            return None
+        return cls(message, recoverable, worker, global_rank, timestamp_ns, tuple(testified), parsed)
 
 
 def agreed_report(

@@ -24,18 +24,19 @@ import dataclasses
 import enum
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_core.ordering import Role
+from rootcause_core.ordering import Role, order_failures
 from rootcause_core.roles import role_marker
 from rootcause_core.testimony import LostPeer, Member, describe_lost_peer
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
-from rootcause_engine.agent.diagnosis.hang import stalled_collective
+from rootcause_engine.agent.diagnosis.hang import HangVerdict, stalled_collective
 from rootcause_engine.agent.diagnosis.report import format_agent_timeline, format_root_cause_message
 from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable, rank_failures
+from rootcause_engine.agent.diagnosis.stalled_rank import with_verdicts_reached_early
 from rootcause_engine.agent.launch_record import LaunchRecord
 
 
@@ -47,6 +48,8 @@ class Trigger(enum.Enum):
     AGENT_HUNG = "the agent watchdog found the agent hung"
     PEER_LOST = "a peer pod was lost (its processes ended without a word, or it fell silent: a frozen or cut-off node)"
     SOFT_RESTART = "a failure a soft restart may heal"
+    PREEMPTED = "the pod was stopped by its kubelet (SIGTERM: preemption, drain, eviction or deletion)"
+    HUNG_RANK = "a rank made no progress while its peers waited for it (before any collective timed out)"
 
 
 class PeerTestimony(Protocol):
@@ -155,13 +158,17 @@ def diagnose(
     notes: Sequence[str] = (),
     restarts: Sequence[RestartRow] = (),
     retry_rule: RetryRule = RetryRule.ON_REQUEST,
+    pod_failures: Sequence[WorkerFailure] = (),
+    hung: Mapping[int, HangVerdict] | None = None,
 ) -> Diagnosis | None:
     """The diagnosis of ``record``; ``None`` when no worker of the attempt failed.
 
     ``peers``: the other pods (hard restarts: announced to, asked about, left); ``None`` where the
     job goes on without this pod's word (a soft restart heals it). ``notes``: what the road adds to
     the report, after the root cause and before the agent's timeline. ``retry_rule``: the
-    front-end's (whether the root cause allows a retry).
+    front-end's (whether the root cause allows a retry). ``pod_failures``: failures of the pod itself,
+    not of a worker (the kubelet stopped it), ranked with the workers' by the same rule. ``hung``:
+    the workers (by pid) the hang watch named while their peers waited (``agent.hang_watch``).
     """
     local_stall = stalled_collective(worker.recorded for worker in record.workers)
     if peers is not None:
@@ -169,13 +176,16 @@ def diagnose(
     announced = peers.announced_stalls() if peers is not None else ()
 
     def ranked(stalls: tuple[CollectivePosition, ...]) -> list[WorkerFailure]:
-        return rank_failures(
+        workers = rank_failures(
             record.workers,
             signals_ns=record.signals_ns,
             worker=current_worker_name(),
             host=socket.gethostname(),
             announced_stalls=stalls,
         )
+        stacks = {worker.launched.pid: worker.probe.stacks for worker in record.workers if worker.probe is not None}
+        workers = with_verdicts_reached_early(workers, hung or {}, stacks)
+        return order_failures([*pod_failures, *workers]) if pod_failures else workers
 
     failures = ranked(announced)
     if not failures:

@@ -98,10 +98,10 @@ def build_failure(
     )
     # a worker that failed on its own before the teardown is no hung one, whatever it answered
     hang = None if failed_before_signals else hang_verdict(evidence.probe, stalled, launched.global_rank)
-    return failure if hang is None else _as_hung(failure, hang)
+    return failure if hang is None else as_hung(failure, hang)
 
 
-def _as_hung(failure: WorkerFailure, hang: HangVerdict) -> WorkerFailure:
+def as_hung(failure: WorkerFailure, hang: HangVerdict) -> WorkerFailure:
     """The record of a worker the agent ended while it hung: a root cause, at its last progress."""
     return dataclasses.replace(
         failure,

@@ -1,0 +1,104 @@
+"""A pod whose own document names only a victim waits, bounded, for a document that names the root cause.
+
+Why: the training operator marks a PyTorchJob Succeeded as soon as one pod exits 0, and Flyte reads
+the error documents present at that moment (upstream propeller's Go rule: the earliest timestamp
+wins). A pod whose workers all failed as victims writes a document stamped 60 s late, so that any
+root-cause document beats it; but if that pod exits before the culprit's pod has written its own,
+its victim's document is the only one Flyte finds, and the console names the wrong pod.
+
+So, after writing its own documents, a pod whose document is a victim's polls the output prefix
+until some document there can name the root cause (a candidate's, or one written for a lost pod,
+by its listing key; a file without a key may say anything and counts too), or ``bound_s`` passed.
+A pod that wrote a lost peer's document has one of those itself and does not wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from rootcause_core.error_files import ERROR_FILE_NAME, is_error_file_name, listing_key_of
+from rootcause_core.ordering import Role
+
+if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
+    from flytekitplugins_rootcause.config import ElasticRootCause
+    from flytekitplugins_rootcause.entrypoint.error_documents import ErrorDocumentPlan
+
+logger = logging.getLogger(__name__)
+
+#: Pause between two listings of the prefix.
+POLL_S = 0.2
+#: Roles whose document can name the job's root cause.
+_NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
+
+
+def names_the_root_cause(name: str) -> bool:
+    """A per-pod error file (not ``error.pb``, a copy of one) whose listing key is not a victim's."""
+    if name == ERROR_FILE_NAME or not is_error_file_name(name):
+        return False
+    key = listing_key_of(name)
+    return key is None or key.role in _NAMING_ROLES
+
+
+def await_root_cause_document(
+    list_names: Callable[[], Iterable[str]],
+    *,
+    bound_s: float,
+    with_error_pb: bool = False,
+    poll_s: float = POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Poll ``list_names`` (the base names under the output prefix) until one names the root cause
+    (and, ``with_error_pb``, ``error.pb`` is there too: the culprit's pod creates it after its own
+    file); ``False`` when ``bound_s`` passed first. A listing that fails is retried until the bound:
+    the pod's own document is written, so nothing is lost by waiting, and nothing by giving up."""
+    deadline = clock() + bound_s
+    while True:
+        try:
+            names = set(list_names())
+            if any(names_the_root_cause(name) for name in names) and (not with_error_pb or ERROR_FILE_NAME in names):
+                return True
+        except Exception as error:  # a store that stops answering: logged, never raised
+            logger.warning("could not list the output prefix while waiting for the root cause: %s", error)
+        if clock() >= deadline:
+            logger.warning(
+                "no document naming the root cause appeared within %g s: this pod exits with its victim's document",
+                bound_s,
+            )
+            return False
+        sleep(poll_s)
+
+
+def root_cause_wait_s(config: ElasticRootCause | None) -> float | None:
+    """How long a victim's pod of this task waits: the failing pods' agreement time plus the
+    culprit's teardown, the time its pod may take to diagnose and write; ``None`` for a task that is
+    not an ``ElasticRootCause`` task (a plain task's pod is alone)."""
+    if config is None:
+        return None
+    return float(config.agreement_timeout_s) + float(config.teardown_grace_s)
+
+
+def only_a_victim_named(plan: ErrorDocumentPlan | None) -> bool:
+    """This pod's document is a victim's and it wrote none for a lost peer (which would name one)."""
+    return (
+        plan is not None
+        and plan.listing_key is not None
+        and plan.listing_key.role == Role.VICTIM
+        and not plan.lost_peer_documents
+    )
+
+
+def list_names(prefix: str, filesystems: Any) -> list[str]:
+    """The base names directly under ``prefix``: a local folder, or the store flytekit configured
+    (``FileAccessProvider.get_filesystem_for_path``; its listing cache dropped first, so a file
+    written by another pod since the last look is seen)."""
+    if "://" not in prefix or prefix.startswith(("file://", "local://")):
+        folder = prefix.split("://", 1)[-1] if "://" in prefix else prefix
+        return os.listdir(folder)
+    fs = filesystems.get_filesystem_for_path(prefix)
+    fs.invalidate_cache(prefix)
+    return [str(name).rstrip("/").rsplit("/", 1)[-1] for name in fs.ls(prefix, detail=False)]

@@ -1,0 +1,261 @@
+"""Agent side: watch this pod's workers while the job is healthy, and name one that hangs in a minute or two.
+
+Why: without this, a rank that hangs is named only once its peers' collective times out
+(``diagnosis.hang``): 10 to 60 minutes of an idle fleet with the timeouts users run. Every
+``interval_s`` a thread of the agent:
+
+1. looks at each local worker of the running attempt: its beacon (the last collective it entered
+   per process group, whether that one completed, its open send/recv calls:
+   ``worker.progress_beacon``) and its process tree's CPU time and I/O
+   (``agent.worker_progress``), and follows its progress (``diagnosis.stalled_rank.ProgressTrack``);
+2. publishes, in the round's rendezvous store (the peer watch's bounded client), this pod's waits
+   that have lasted half of ``after_s``: ``rootcause/hang/wait/<group rank>``, overwritten when the
+   set changes (``[]`` once they end). A healthy job's collectives complete in moments: it writes
+   nothing but its first ``[]``;
+3. when a local worker has made no progress for ``after_s`` and waits in nothing of its own, reads
+   every pod's waits (one ``multi_get``) and applies the rule
+   (:func:`~.diagnosis.stalled_rank.stalled_rank_verdict`) with this pod's own waits.
+
+A verdict is kept (by pid, for the diagnosis: :meth:`HangWatch.found`) and handed to ``on_hung``
+(the session ends this pod's workers, probed first for their stacks; torch then reports them failed
+and the one pipeline names the hung rank, and its announcement ends the other pods' workers). The
+store is read only by a pod with such a candidate: a healthy job costs one small ``set`` per pod
+per round, and per look a few ``/proc`` reads per local worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rootcause_engine.agent.diagnosis.stalled_rank import (
+    NoProgressVerdict,
+    PeerWait,
+    ProgressRule,
+    ProgressTrack,
+    stalled_rank_verdict,
+    waits_from_text,
+    waits_of,
+    waits_text,
+)
+from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
+from rootcause_engine.agent.worker_progress import process_tree_usage
+from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
+from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S, BeaconReading, beacon_path, read_beacon
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks of the watch: as often as each worker's beacon beats.
+WATCH_INTERVAL_S = BEACON_INTERVAL_S
+#: A wait is published once it lasted this fraction of ``after_s`` (well before a peer needs it).
+PUBLISH_FRACTION = 0.5
+_KEY_PREFIX = "rootcause/hang/wait/"
+#: What the store may raise (torch's ``DistError`` family is ``RuntimeError``; a bounded call that
+#: gave up raises ``StoreUnresponsive``, a ``TimeoutError``).
+_STORE_ERRORS = (RuntimeError, OSError, ValueError)
+
+
+def _wait_key(group_rank: int) -> str:
+    return f"{_KEY_PREFIX}{group_rank}"
+
+
+@dataclasses.dataclass(frozen=True)
+class HangSettings:
+    """The hang watch's settings (``RootCauseSettings.hang_after_s`` and ``hang_idle_cpu_fraction``)."""
+
+    after_s: float
+    rule: ProgressRule = dataclasses.field(default_factory=ProgressRule)
+    interval_s: float = WATCH_INTERVAL_S
+
+
+def hang_settings(config: Any) -> HangSettings | None:
+    """The watch's settings for either front-end's config; ``None`` when it is off (``hang_after_s=None``)."""
+    after_s = getattr(config, "hang_after_s", None)
+    if after_s is None:
+        return None
+    fraction = getattr(config, "hang_idle_cpu_fraction", DEFAULT_HANG_IDLE_CPU_FRACTION)
+    return HangSettings(float(after_s), ProgressRule(idle_cpu_fraction=float(fraction)))
+
+
+@dataclasses.dataclass
+class _Followed:
+    """One local worker as the watch follows it."""
+
+    worker: LaunchedWorker
+    track: ProgressTrack
+    beacon: BeaconReading | None = None
+
+
+class HangWatch:
+    """The watch of one launch (see the module docstring); a context manager around the launch."""
+
+    def __init__(
+        self,
+        observer: LaunchObserver,
+        peers: PeerWatch | None,
+        settings: HangSettings,
+        *,
+        on_hung: Callable[[dict[int, NoProgressVerdict]], None] | None = None,
+        worker_name: str = "",
+    ) -> None:
+        self.observer = observer
+        self.peers = peers
+        self.settings = settings
+        self.on_hung = on_hung
+        self.worker_name = worker_name
+        self._lock = threading.Lock()
+        self._found: dict[int, NoProgressVerdict] = {}
+        self._followed: dict[int, _Followed] = {}
+        self._published: tuple[int, int, int, str] | None = None  # (attempt, group rank, pods, text said)
+        self._attempt: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def found(self) -> dict[int, NoProgressVerdict]:
+        """The verdicts reached so far, by worker pid."""
+        with self._lock:
+            return dict(self._found)
+
+    def __enter__(self) -> HangWatch:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="rootcause-hang-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.settings.interval_s + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.interval_s):
+            try:
+                self.look()
+            except Exception:  # the watch must never take the agent down
+                logger.exception("hang watch: a look failed")
+
+    # --- one look ------------------------------------------------------------------------------
+
+    def look(self) -> dict[int, NoProgressVerdict]:
+        """One look at the running attempt's workers; the verdicts it reached (by pid)."""
+        workers = self._live_workers()
+        if not workers:
+            return {}
+        now_ns = time.time_ns()
+        local_waits = [
+            wait
+            for item in workers
+            if item.beacon is not None and item.worker.global_rank is not None
+            for wait in waits_of(item.worker.global_rank, self.worker_name, item.beacon)
+        ]
+        store = self.peers.round_store() if self.peers is not None else None
+        self._publish(store, local_waits, now_ns)
+        after_s = self.settings.after_s
+        candidates = [
+            item for item in workers
+            if item.track.still_s >= after_s and item.beacon is not None and item.worker.global_rank is not None
+        ]
+        if not candidates:
+            return {}
+        waits = [*local_waits, *self._peer_waits(store)]
+        found = {
+            item.worker.pid: verdict
+            for item in candidates
+            if (verdict := stalled_rank_verdict(
+                item.worker.global_rank, item.beacon, item.track, waits, after_s=after_s, now_ns=time.time_ns()
+            )) is not None
+        }
+        if found:
+            self._hung(found)
+        return found
+
+    def _live_workers(self) -> list[_Followed]:
+        """The running attempt's live workers, each looked at now (none once its teardown began)."""
+        attempt = self.observer.last_attempt()
+        if attempt is None or self.observer.teardown_ns(attempt) is not None:
+            return []
+        self._attempt = attempt
+        looked = []
+        for worker in self.observer.workers_of(attempt):
+            if self.observer.watcher.exit_of(worker.pid) is not None or not worker.error_file:
+                continue
+            usage = process_tree_usage(worker.pid)
+            if usage is None:
+                continue
+            beacon = read_beacon(beacon_path(worker.error_file))
+            if beacon is not None and beacon.pid != worker.pid:
+                beacon = None  # a previous worker's file, not this one's yet
+            own, position = (beacon.written_bytes, beacon.position()) if beacon is not None else (0, None)
+            known = self._followed.get(worker.pid)
+            track = (
+                ProgressTrack.start(usage, own, position) if known is None
+                else known.track.advanced(usage, own, self.settings.rule, position)
+            )
+            self._followed[worker.pid] = item = _Followed(worker, track, beacon)
+            looked.append(item)
+        live = {item.worker.pid for item in looked}
+        self._followed = {pid: item for pid, item in self._followed.items() if pid in live}
+        return looked
+
+    def _hung(self, found: dict[int, NoProgressVerdict]) -> None:
+        with self._lock:
+            new = {pid: verdict for pid, verdict in found.items() if pid not in self._found}
+            self._found.update(new)
+        if not new:
+            return
+        for pid, verdict in new.items():
+            worker = self._followed[pid].worker
+            logger.error("hang watch: rank %s (local rank %d, pid %d) is hung: it %s; ending this pod's workers",
+                         worker.global_rank, worker.local_rank, pid, verdict.summary())
+        if self.on_hung is not None:
+            self.on_hung(new)
+
+    # --- the store -----------------------------------------------------------------------------
+
+    def _publish(self, store: RoundStore | None, waits: list[PeerWait], now_ns: int) -> None:
+        """Say this pod's long waits (or ``[]``) where the peers read them, when they changed."""
+        if store is None or store.world_size < 2:
+            return
+        threshold = self.settings.after_s * PUBLISH_FRACTION
+        text = waits_text(sorted(
+            (wait for wait in waits if wait.waited_s(now_ns) >= threshold),
+            key=lambda wait: (wait.rank, wait.position.pg, wait.position.seq, wait.position.op),
+        ))
+        said = (self._attempt or 0, store.group_rank, store.world_size, text)
+        if self._published == said:
+            return
+        with contextlib.suppress(*_STORE_ERRORS):
+            store.call("set", _wait_key(store.group_rank), text)
+            self._published = said
+
+    def _peer_waits(self, store: RoundStore | None) -> list[PeerWait]:
+        """Every other pod's published waits (what the store answers; nothing when it does not)."""
+        if store is None or store.world_size < 2:
+            return []
+        keys = [_wait_key(rank) for rank in range(store.world_size) if rank != store.group_rank]
+        try:
+            if store.call("check", keys):
+                values = store.call("multi_get", keys)
+            else:  # a pod that has not published yet (it just joined): read the others one by one
+                values = [store.call("get", key) if store.call("check", [key]) else None for key in keys]
+        except _STORE_ERRORS as error:
+            logger.debug("hang watch: reading the peers' waits failed: %s", error)
+            return []
+        return [wait for value in values or () for wait in waits_from_text(value)]
+
+
+@contextlib.contextmanager
+def hang_watch_running(watch: HangWatch | None) -> Iterator[None]:
+    """``watch`` runs for the block (nothing when the watch is off)."""
+    if watch is None:
+        yield
+        return
+    with watch:
+        yield

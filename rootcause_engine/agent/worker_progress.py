@@ -1,0 +1,116 @@
+"""Agent side: how much a local worker did, read from outside (``/proc``), with no help from its code.
+
+Why: a rank that hangs says nothing, and one that computes alone for minutes (rank 0 evaluating,
+serialising a checkpoint, writing a large file) says nothing either while its peers wait for it.
+What tells them apart is whether the process moves: CPU time spent, bytes read or written. Both are
+counters the kernel keeps for every process, so the training loop needs no change:
+
+- ``/proc/<pid>/stat``: ``utime + stime`` (every thread), plus ``cutime + cstime`` (children it
+  reaped), and the state letter (``R``, ``S``, ``D`` uninterruptible, ``T`` stopped, ``Z``);
+- ``/proc/<pid>/io``: ``rchar + wchar`` (every read and write call, sockets and the page cache
+  included) plus ``read_bytes + write_bytes`` (what reached the storage layer, which also counts a
+  memory-mapped file's page faults).
+
+The worker's *descendants* count as the worker: a data loader's worker processes do the rank's
+work while its main process waits on their queue. The price: a hung rank with a busy child (a
+metrics uploader that keeps sending) still moves, and is left to the collective timeout.
+
+Cost: a few small reads per process per look (some 100 microseconds for a worker and two children).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+
+#: The kernel's clock ticks per second (``utime`` and the like are counted in them).
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+#: Descendants looked at per worker, at most (a runaway fork must not make one look slow).
+_MAX_PROCESSES = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """One look at a worker's process tree: CPU seconds and I/O bytes so far (counters), its own state."""
+
+    taken_s: float  # monotonic
+    taken_ns: int  # wall clock
+    cpu_s: float
+    io_bytes: int
+    state: str
+    processes: int = 1
+
+
+def _stat(pid: int) -> tuple[str, float] | None:
+    """(state letter, CPU seconds of the process, its threads and its reaped children)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
+    try:
+        state = fields[0]
+        ticks = sum(int(fields[index]) for index in (11, 12, 13, 14))  # utime stime cutime cstime
+    except (IndexError, ValueError):
+        return None
+    return state, ticks / _CLOCK_TICKS
+
+
+def _io_bytes(pid: int) -> int:
+    """``rchar + wchar + read_bytes + write_bytes`` of ``pid`` (0 where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/io", encoding="ascii") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return 0
+    total = 0
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name in ("rchar", "wchar", "read_bytes", "write_bytes"):
+            try:
+                total += int(value)
+            except ValueError:
+                continue
+    return total
+
+
+def _children(pid: int) -> Iterator[int]:
+    """The children of every thread of ``pid`` (``/proc/<pid>/task/<tid>/children``)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        for child in text.split():
+            if child.isdigit():
+                yield int(child)
+
+
+def process_tree_usage(pid: int) -> Usage | None:
+    """The usage of ``pid`` and its descendants now; ``None`` when ``pid`` is gone."""
+    own = _stat(pid)
+    if own is None:
+        return None
+    state, cpu_s = own
+    io_bytes = _io_bytes(pid)
+    seen, pending = {pid}, list(_children(pid))
+    while pending and len(seen) < _MAX_PROCESSES:
+        child = pending.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        stat = _stat(child)
+        if stat is None:
+            continue
+        cpu_s += stat[1]
+        io_bytes += _io_bytes(child)
+        pending.extend(_children(child))
+    return Usage(time.monotonic(), time.time_ns(), cpu_s, io_bytes, state, len(seen))

@@ -1,0 +1,242 @@
+"""Worker side: say every few seconds where this rank stands in its collectives, for the agent's hang watch.
+
+Why: a rank that hangs (asleep in user code, stuck in a data loader, blocked in a receive nobody
+answers) raises nothing, and its peers wait in their next collective until its timeout: 10 to 60
+minutes with the timeouts users run. The agent can name it long before that
+(``rootcause_engine.agent.hang_watch``) if it knows, while the job is still healthy, which
+collective each local rank last entered and whether that one completed. That is torch's own
+per-group status (``upstream.torch_worker.flight_recorder_status``: the last collective number
+entered and the last completed), plus the blocking point-to-point calls this rank has open
+(:mod:`.point_to_point`). A daemon thread writes both to ``progress.json`` next to the worker's
+error file, complete (a temporary file, then a rename), every ``interval_s``.
+
+A collective still open at two beats in a row is a wait worth describing: once per such wait the
+thread reads the Flight Recorder's ring (some 40 ms of CPU for 2000 entries) for when the rank
+entered it and its name; otherwise a beat costs a status read (microseconds), a JSON dump and one
+small file write, and the file says how many bytes the beacon wrote so far, so that the agent does
+not take them for the rank's own I/O. The thread runs while the main thread waits inside torch
+(its calls release the GIL); a main thread that holds the GIL in native code stops it, and the last
+file then stays what the agent knows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rootcause_core.collectives import CollectivePosition, positions_from_json
+from rootcause_engine.upstream.torch_worker import flight_recorder_entries, flight_recorder_status
+from rootcause_engine.worker.complete_files import write_complete
+from rootcause_engine.worker.point_to_point import open_point_to_point_calls, record_point_to_point
+
+BEACON_FILE_NAME = "progress.json"
+#: Set in the agent's environment (seconds between beats) when the hang watch is on; workers inherit it.
+BEACON_INTERVAL_VARIABLE = "ROOTCAUSE_PROGRESS_BEACON_S"
+#: Seconds between two beats: the agent's hang watch looks as often (``agent.hang_watch``).
+BEACON_INTERVAL_S = 2.0
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupProgress:
+    """One process group of a rank: the last collective it entered, the last that completed, and
+    for an open one (:attr:`pending`) when it was entered and its name, once the beacon looked."""
+
+    pg: str
+    entered: int
+    completed: int
+    since_ns: int | None = None
+    op: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """The rank entered a collective of this group that has not completed: it waits in it."""
+        return self.entered > self.completed
+
+    def position(self) -> CollectivePosition:
+        """The last collective entered, as the diagnosis describes it (``all_reduce #4 of process group 0``)."""
+        return CollectivePosition(pg=self.pg, seq=max(self.entered, 0), op=self.op, entered_ns=self.since_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: object) -> GroupProgress | None:
+        """Parse one entry written by :meth:`to_json`; ``None`` for anything malformed."""
+        if not isinstance(value, Mapping):
+            return None
+        pg, entered, completed = value.get("pg"), value.get("entered"), value.get("completed")
+        since, op = value.get("since_ns"), value.get("op", "")
+        if not isinstance(pg, str) or not isinstance(op, str) or not all(_is_int(n) for n in (entered, completed)):
+            return None
+        if since is not None and not _is_int(since):
+            return None
+        return cls(pg[:64], entered, completed, since, op[:64])
+
+
+@dataclasses.dataclass(frozen=True)
+class BeaconReading:
+    """What one beat of a worker's beacon said (the file's content)."""
+
+    pid: int
+    written_ns: int
+    #: every byte the beacon wrote before this file (the agent discounts them from the I/O it sees;
+    #: the file itself, under a kilobyte, is within the agent's I/O floor)
+    written_bytes: int
+    groups: tuple[GroupProgress, ...]
+    #: the blocking send/recv calls open at the beat, each naming its peer in ``awaited``
+    point_to_point: tuple[CollectivePosition, ...] = ()
+
+    def group(self, pg: str) -> GroupProgress | None:
+        return next((group for group in self.groups if group.pg == pg), None)
+
+    def position(self) -> tuple[object, ...]:
+        """Where the rank stands, comparable between beats: a different one means it entered or
+        completed a collective, or started or ended a send/recv, meanwhile (progress)."""
+        return (
+            tuple((group.pg, group.entered, group.completed) for group in self.groups),
+            tuple((call.op, call.seq) for call in self.point_to_point),
+        )
+
+    @property
+    def waiting(self) -> bool:
+        """The rank waits in a collective it entered, or in a blocking send or recv."""
+        return bool(self.point_to_point) or any(group.pending for group in self.groups)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "pid": self.pid,
+            "written_ns": self.written_ns,
+            "written_bytes": self.written_bytes,
+            "groups": [group.to_json() for group in self.groups],
+            "p2p": [position.to_json() for position in self.point_to_point],
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> BeaconReading | None:
+        """Parse a file's content; ``None`` for anything malformed (groups that are, are dropped)."""
+        if not isinstance(value, Mapping) or value.get("format") != FORMAT:
+            return None
+        pid, written, count = value.get("pid"), value.get("written_ns"), value.get("written_bytes")
+        groups = value.get("groups")
+        if not all(_is_int(n) for n in (pid, written, count)) or not isinstance(groups, list):
+            return None
+        parsed = tuple(group for item in groups if (group := GroupProgress.from_json(item)) is not None)
+        return cls(pid, written, count, parsed, tuple(positions_from_json(value.get("p2p"))))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def beacon_path(error_file: str) -> str:
+    """The beacon file of the worker whose torch error file is ``error_file``."""
+    return os.path.join(os.path.dirname(error_file), BEACON_FILE_NAME)
+
+
+def read_beacon(path: str) -> BeaconReading | None:
+    """The last beat written at ``path``; ``None`` when there is none (yet) or it cannot be parsed."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return BeaconReading.from_json(json.loads(handle.read(1 << 20)))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+class ProgressBeacon:
+    """The beats of one worker (see the module docstring); :meth:`beat` is one, the thread calls it."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        status: Callable[[], dict[str, tuple[int, int]] | None] = flight_recorder_status,
+        entries: Callable[[], list[dict[str, object]] | None] = flight_recorder_entries,
+        open_calls: Callable[[], list[CollectivePosition]] = open_point_to_point_calls,
+    ) -> None:
+        self.path = path
+        self._status = status
+        self._entries = entries
+        self._open_calls = open_calls
+        self.written_bytes = 0
+        self._pending: dict[str, GroupProgress] = {}  # the open collective of each group, as last described
+        self._looked_up: set[tuple[str, int]] = set()
+
+    def reading(self) -> BeaconReading:
+        """This beat's reading (the groups' state, described where a wait lasts)."""
+        now = time.time_ns()
+        groups = []
+        for pg, (entered, completed) in sorted((self._status() or {}).items()):
+            if entered <= completed:
+                self._pending.pop(pg, None)
+                groups.append(GroupProgress(pg, entered, completed))
+                continue
+            known = self._pending.get(pg)
+            if known is None or known.entered != entered:
+                known = GroupProgress(pg, entered, completed, since_ns=now)  # first seen open: entered by now
+            elif (pg, entered) not in self._looked_up:
+                known = self._described(known)  # still open a beat later: a wait worth its name
+            self._pending[pg] = known = dataclasses.replace(known, completed=completed)
+            groups.append(known)
+        return BeaconReading(os.getpid(), now, self.written_bytes, tuple(groups), tuple(self._open_calls()))
+
+    def _described(self, group: GroupProgress) -> GroupProgress:
+        """``group``'s open collective with its name and the time it was entered, from the ring (once)."""
+        self._looked_up.add((group.pg, group.entered))
+        for entry in reversed(self._entries() or []):
+            if str(entry.get("pg_id")) == group.pg and entry.get("collective_seq_id") == group.entered:
+                created, name = entry.get("time_created_ns"), entry.get("profiling_name")
+                return dataclasses.replace(
+                    group,
+                    since_ns=created if _is_int(created) else group.since_ns,
+                    op=str(name or "")[:64],
+                )
+        return group
+
+    def beat(self) -> None:
+        """Write this beat's reading."""
+        text = json.dumps(self.reading().to_json())
+        self.written_bytes += len(text.encode())
+        write_complete(self.path, text)
+
+    def run(self, interval_s: float, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):  # never let the beacon hurt the worker
+                self.beat()
+            stop.wait(interval_s)
+
+
+#: The beacon of this process, once :func:`start_progress_beacon` ran.
+_started: list[ProgressBeacon] = []
+
+
+def beacon_interval() -> float | None:
+    """The beat interval the agent asked for (:data:`BEACON_INTERVAL_VARIABLE`); ``None``: no beacon."""
+    try:
+        interval = float(os.environ.get(BEACON_INTERVAL_VARIABLE, ""))
+    except ValueError:
+        return None
+    return interval if interval > 0 else None
+
+
+def start_progress_beacon(error_file: str | None, interval_s: float) -> bool:
+    """Start this worker's beacon thread (idempotent); False where there is no error file to write beside."""
+    if _started:
+        return True
+    if not error_file:
+        return False
+    record_point_to_point()  # the open send/recv calls are part of each beat
+    beacon = ProgressBeacon(beacon_path(error_file))
+    thread = threading.Thread(
+        target=beacon.run, args=(interval_s, threading.Event()), name="rootcause-progress-beacon", daemon=True
+    )
+    thread.start()
+    _started.append(beacon)
+    return True

@@ -1,0 +1,71 @@
+"""The agent watchdog's ``error.pb`` on Flyte 2: the runtime's own upload, retried under a deadline.
+
+The upload is Flyte 2's (conversion and ``upload_error``, to a local folder here); what is checked is
+the policy around it, the flytekit entrypoint's (``rootcause_core.store_retry``): a store that says
+"not now" gets another try, a final answer does not, and every try is bounded by the time left
+before the failure sink would abandon the writer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import obstore.exceptions
+import pytest
+from flyteidl2.core import execution_pb2
+
+from flyteplugins.rootcause import task
+from flyteplugins.rootcause.errors import root_cause_error
+from flyteplugins.rootcause.upstream import upload_error_document
+from rootcause_core.store_retry import GaveUp, deadline_inside
+from rootcause_engine.agent.diagnosis.agreed import PodWord, agreed_report
+from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S
+from tests.flyte2.test_agreed_report import ROOT
+from tests.flyte2.test_errors import written
+
+#: What obstore raises once its own retries of a 503 are spent: text only, no status attribute.
+UNAVAILABLE = obstore.exceptions.GenericError("Server returned non-2xx status code: 503 Service Unavailable")
+
+
+def _error() -> BaseException:
+    return root_cause_error(agreed_report([PodWord("pod-1", (ROOT,))]))
+
+
+def _flaky_upload(monkeypatch: pytest.MonkeyPatch, failures: list[BaseException]) -> list[float | None]:
+    """The task's upload raises ``failures`` in turn, then is the real one; returns each try's bound."""
+    bounds: list[float | None] = []
+
+    def upload(error: BaseException, output_path: str, timeout_s: float | None = None) -> None:
+        bounds.append(timeout_s)
+        if len(bounds) <= len(failures):
+            raise failures[len(bounds) - 1]
+        upload_error_document(error, output_path, timeout_s)
+
+    monkeypatch.setattr(task, "upload_error_document", upload)
+    return bounds
+
+
+def test_error_pb_is_written_after_the_store_said_not_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = _flaky_upload(monkeypatch, [UNAVAILABLE, UNAVAILABLE])
+    task._upload_last_resort(_error(), str(tmp_path))
+    assert (tmp_path / "error.pb").exists() and len(bounds) == 3
+    assert all(bound is not None and 0 < bound <= deadline_inside(DEFAULT_SINK_TIMEOUT_S) for bound in bounds)
+    assert deadline_inside(DEFAULT_SINK_TIMEOUT_S) < DEFAULT_SINK_TIMEOUT_S  # it reports before the sink gives up
+
+
+def test_a_final_answer_is_reported_after_one_try(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = _flaky_upload(monkeypatch, [obstore.exceptions.PermissionDeniedError("denied")])
+    with pytest.raises(GaveUp) as caught:
+        task._upload_last_resort(_error(), str(tmp_path))
+    assert len(bounds) == 1 and caught.value.tries == 1 and not (tmp_path / "error.pb").exists()
+    assert "not retried" in str(caught.value)
+
+
+def test_one_bounded_try_writes_the_document_an_unbounded_one_writes(tmp_path: Path) -> None:
+    bounded, unbounded = tmp_path / "bounded", tmp_path / "unbounded"
+    bounded.mkdir()
+    unbounded.mkdir()
+    upload_error_document(_error(), str(bounded), timeout_s=10.0)
+    document = execution_pb2.ErrorDocument.FromString((bounded / "error.pb").read_bytes()).error
+    expected = written(_error(), unbounded)
+    assert (document.code, document.kind, document.message) == (expected.code, expected.kind, expected.message)
