@@ -36,8 +36,8 @@ from rootcause_core.testimony import LostPeer
 from testbed.flaky_store import Fault, FlakyProxy, flaky_proxy
 from testbed.object_stores import ObjectStore
 from tests.entrypoint.test_lost_peer_documents import LAST_SEEN_NS, PER_WORKER, victim_document
-from tests.entrypoint.test_upload import BOTH, _file_access, _s3_error
-from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
+from tests.entrypoint.test_upload import BOTH, _s3_error
+from tests.entrypoint_tasks.harness import flytekit_file_access, list_names, new_prefixes, read_bytes, run_task
 
 #: The writes of error documents: the per-worker files and ``error.pb`` (not ``inputs.pb``).
 ERROR_FILES = r"/error[^/]*\.pb$"
@@ -107,7 +107,7 @@ def _write(
 ) -> tuple[str, WriteOutcome]:
     """``write_error_documents`` of ``b"doc"`` for ``pod-0`` through the proxy, both files."""
     prefix = f"{s3_store.new_prefix('flaky')}/out"
-    file_access = _file_access(tmp_path, flaky.store(s3_store), monkeypatch)
+    file_access = flytekit_file_access(tmp_path, flaky.store(s3_store), monkeypatch)
     return prefix, write_error_documents(prefix, b"doc", "pod-0", None, BOTH, file_access)
 
 
@@ -194,7 +194,7 @@ def test_a_refused_lost_peer_document_does_not_undo_the_pods_own(
     flaky.set_faults([Fault(403, path=r"/error-train-worker-0-")])
     plan, document = victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),))
     prefix = f"{s3_store.new_prefix('lost')}/out"
-    file_access = _file_access(tmp_path, flaky.store(s3_store), monkeypatch)
+    file_access = flytekit_file_access(tmp_path, flaky.store(s3_store), monkeypatch)
     outcome = write_error_documents(prefix, document, "train-worker-1", plan, PER_WORKER, file_access)
     (failure,) = outcome.failures
     assert failure.path.startswith(f"{prefix}/error-train-worker-0-")
