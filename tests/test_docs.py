@@ -149,8 +149,8 @@ def benchmark_modules() -> set[str]:
 
 
 def measured_table() -> list[list[str]]:
-    """The cells of each body row of the first table in the README's ``## Measured`` section."""
-    section = README.read_text().split("\n## Measured\n", 1)[1].split("\n## ", 1)[0]
+    """The cells of each body row of the first table in ``docs/benchmarks.md``'s ``## Measured`` section."""
+    section = (ROOT / "docs" / "benchmarks.md").read_text().split("\n## Measured\n", 1)[1].split("\n## ", 1)[0]
     lines = section.splitlines()
     start = next(index for index, line in enumerate(lines) if line.startswith("|"))
     table = []

@@ -42,7 +42,8 @@ DEMO_TASKS = {FaultKind.HANG: train_2x2_short_timeout}
     help="What happens to the faulty worker: raise, sigkill, sigabrt, sigsegv (a real segfault), exit "
     "(os._exit(3)), ordering (two errors on two pods 50 ms apart), vanish (its whole pod SIGKILLed at once: "
     "a lost node), hang (it sleeps; its peers' all-reduce times out after 3 s), init-hang (it sleeps before "
-    "init_process_group; its peers stop waiting for it after 20 s).",
+    "init_process_group; its peers stop waiting for it after 20 s), freeze (every process of its pod SIGSTOPped: "
+    "a frozen node), preempt (its pod's kubelet sends SIGTERM, then SIGKILL 30 s later).",
 )
 @click.option("--pod", "pod_index", type=click.IntRange(0, NNODES - 1), default=1, show_default=True,
               help="Index of the pod whose worker fails.")
