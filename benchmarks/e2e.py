@@ -60,6 +60,7 @@ from benchmarks.fault_kinds import (
     decision_cell,
     fault_for,
     fault_to_decision_s,
+    job_limits,
     quantiles,
     right_at_decision,
 )
@@ -175,7 +176,8 @@ def pod_phases(result: JobResult) -> dict[str, dict[str, float]]:
     return phases
 
 
-def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True) -> None:
+def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True,
+             decision_only: bool = False) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
     decided: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
@@ -187,7 +189,7 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task, aggregation, decide in runs:
-            limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
+            limit = job_limits(kind, label, decision_only=decision_only, freeze_baseline_s=FREEZE_BASELINE_S)
             spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=NPROC_PER_NODE[nnodes],
                            store=StoreAccess(str(root / "store")), fault=fault, aggregation=aggregation, **limit)
             result = run_job(spec, work_dir=root / "pods")
@@ -230,6 +232,9 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
     parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    parser.add_argument("--decision-only", action="store_true",
+                        help="delete the pods 1 s after the operator's decision, as Flyte deletes a finished job "
+                             "(only the columns at the decision count)")
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-"))
@@ -240,7 +245,8 @@ def main() -> None:
           "at the operator's decision (Go rule, aggregation on: right, how the wrong ones read, fault -> decision) "
           "| kfpytorch Elastic + Go rule after the last exit | the same at the operator's decision")
     for kind in args.kinds.split(","):
-        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline)
+        run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
+                 decision_only=args.decision_only)
 
 
 if __name__ == "__main__":

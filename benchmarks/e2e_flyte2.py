@@ -43,6 +43,7 @@ from benchmarks.fault_kinds import (
     decision_cell,
     fault_for,
     fault_to_decision_s,
+    job_limits,
     quantiles,
     right_at_decision,
 )
@@ -86,7 +87,8 @@ def is_right(named: Verdict, result: JobResult, kind: str) -> bool:
     return worker == result.injected_worker and (kind in POD_ONLY_KINDS or rank == result.injected_rank)
 
 
-def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, restarting: bool = False) -> None:
+def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, restarting: bool = False,
+             decision_only: bool = False) -> None:
     if restarting:
         plugin_task, baseline_task = RESTARTING_TASKS
     else:
@@ -97,7 +99,7 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, re
     for trial in range(trials):
         fault = fault_for(kind, trial, nnodes)
         for label, task in runs:
-            limit = {"timeout_s": FREEZE_BASELINE_S} if kind == "freeze" and label == "baseline" else {}
+            limit = job_limits(kind, label, decision_only=decision_only, freeze_baseline_s=FREEZE_BASELINE_S)
             spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=NPROC_PER_NODE[nnodes], root=root / "bucket",
                            fault=fault, **limit)
             result = run_job(spec, work_dir=root / "pods")
@@ -129,6 +131,9 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
     parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    parser.add_argument("--decision-only", action="store_true",
+                        help="delete the pods 1 s after the operator's decision, as Flyte deletes a finished job "
+                             "(only the columns at the decision count)")
     parser.add_argument("--default-restarts", action="store_true",
                         help="Elastic's default max_restarts (3), not 0; 2 pods, kinds that do not hang or vanish")
     args = parser.parse_args()
@@ -148,7 +153,7 @@ def main() -> None:
           "decision) | flyteplugins.pytorch.Elastic: after the last exit | at the operator's decision")
     for kind in args.kinds.split(","):
         run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
-                 restarting=args.default_restarts)
+                 restarting=args.default_restarts, decision_only=args.decision_only)
 
 
 if __name__ == "__main__":

@@ -72,3 +72,24 @@ def decision_cell(rows: list[tuple[bool, float | None, str]], trials: int) -> st
 
 def fault_to_decision_s(decided_ns: int | None, fault_ns: int | None) -> float | None:
     return None if decided_ns is None or fault_ns is None else (decided_ns - fault_ns) / 1e9
+
+
+#: ``--decision-only``: the pods still running this long after the operator's decision are deleted,
+#: as Flyte deletes a finished PyTorchJob, so a trial lasts until the decision, not until the last
+#: pod ends on its own; only the columns "at the operator's decision" mean anything then.
+DECISION_ONLY_DELETE_S = 1.0
+#: ``--decision-only``: how long upstream's job with a frozen pod is given (it decides only at gloo's
+#: 30-minute collective timeout; a frozen node's kubelet reports nothing).
+DECISION_ONLY_FREEZE_BASELINE_S = 20.0
+
+
+def job_limits(kind: str, label: str, *, decision_only: bool, freeze_baseline_s: float) -> dict[str, float]:
+    """The simulated job's time limits for one trial (``JobSpec`` keyword arguments): upstream's
+    frozen-pod job is cut at ``freeze_baseline_s``; with ``decision_only`` every job ends
+    :data:`DECISION_ONLY_DELETE_S` after the operator's decision."""
+    limits: dict[str, float] = {}
+    if kind == "freeze" and label == "baseline":
+        limits["timeout_s"] = DECISION_ONLY_FREEZE_BASELINE_S if decision_only else freeze_baseline_s
+    if decision_only:
+        limits["delete_after_decision_s"] = DECISION_ONLY_DELETE_S
+    return limits

@@ -35,6 +35,7 @@ from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntime
 from flytekit.extend import IgnoreOutputs, TaskPlugins
 from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 from torch.distributed import DistError
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 
@@ -116,9 +117,10 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 if diagnosis is None:
                     raise
                 raise _raised(diagnosis) from None
-            except IgnoreOutputs:
-                # kfpytorch's answer to torch's SignalException: a pod stopped by its kubelet would
-                # exit 0 with nothing written, and the job would be Succeeded with no error
+            except (IgnoreOutputs, SignalException):
+                # IgnoreOutputs is kfpytorch's answer to torch's SignalException: a pod stopped by its
+                # kubelet would exit 0 with nothing written, and the job would be Succeeded with no
+                # error; SignalException itself: the pod was stopped before the launch started
                 diagnosis = launch.preempted()
                 if diagnosis is None:
                     raise  # a pod without rank 0 whose launch succeeded: rank 0's pod writes the outputs

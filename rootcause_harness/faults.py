@@ -90,6 +90,10 @@ class Communication(enum.StrEnum):
 
 #: ``maybe_inject``'s step before the training task calls ``init_process_group``.
 BEFORE_INIT = -1
+#: A ``PREEMPT``'s step for a pod stopped while it still starts (its imports, its input download, the
+#: task's load), ``sigterm_after_s`` after the simulator started it: no worker runs yet, so the
+#: simulator itself asks for the stop (:func:`ask_for_start_preemption`).
+AT_POD_START = -2
 
 
 #: ``Fault.pod`` value that means "whichever pod's agent hosts the rendezvous store" (which pod
@@ -220,6 +224,15 @@ class PreemptRequest:
 def ask_for_preemption(pod: str, signals: int, after_s: float = 0.0) -> None:
     """Ask the simulator to stop this pod as its kubelet would for a preemption (see ``pods.PodWatch``)."""
     PreemptRequest(pod, signals, time.time() + after_s).write(_sim_dir())
+
+
+def ask_for_start_preemption(sim_dir: Path, fault: Fault | None) -> None:
+    """For a ``PREEMPT`` at :data:`AT_POD_START`: the kubelet stops ``fault.pod`` (a pod's name: no
+    worker exists yet to resolve a selector) ``sigterm_after_s`` after now, when its pods started."""
+    if fault is None or fault.kind != FaultKind.PREEMPT or fault.step != AT_POD_START:
+        return
+    (sim_dir / FAULTY_POD_FILE).write_text(fault.pod)
+    PreemptRequest(fault.pod, fault.signals, time.time() + (fault.sigterm_after_s or 0.0)).write(sim_dir)
 
 
 def freeze_pod(pod: str) -> None:

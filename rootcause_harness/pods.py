@@ -22,6 +22,7 @@ from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
 from rootcause_harness.faults import (
     CLOCK_OFFSET_VARIABLE,
+    FAULT_TIME_FILE,
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
     LOST_NODE_FILE,
@@ -29,6 +30,7 @@ from rootcause_harness.faults import (
     SKEWED_CLOCK_DIR,
     Fault,
     PreemptRequest,
+    record_fault_time,
 )
 from rootcause_harness.loopback import bound_dns_waits
 from rootcause_harness.operator import Operator
@@ -140,12 +142,17 @@ class PodWatch:
       once the others are done. A pod on a lost node (:data:`~.faults.LOST_NODE_FILE`) and a frozen
       one are *silent*: their kubelet reports nothing, so the operator does not count their exits.
     - The :class:`~.operator.Operator` hears every other exit the moment it is seen.
+    - With ``delete_after_decision_s``, the pods still running that long after the operator decided
+      are deleted as Flyte deletes a finished PyTorchJob (SIGTERM, SIGKILL after the grace); without
+      it they run to their own end, so what they write afterwards can be judged too.
     """
 
-    def __init__(self, sim_dir: Path, operator: Operator | None = None, grace_s: float = TERMINATION_GRACE_S) -> None:
+    def __init__(self, sim_dir: Path, operator: Operator | None = None, grace_s: float = TERMINATION_GRACE_S,
+                 delete_after_decision_s: float | None = None) -> None:
         self.sim_dir = sim_dir
         self.operator = operator
         self.grace_s = grace_s
+        self.delete_after_decision_s = delete_after_decision_s
         self._preempting: dict[str, _Preemption] = {}
 
     def silent(self, name: str) -> bool:
@@ -167,17 +174,34 @@ class PodWatch:
         request = PreemptRequest.read(self.sim_dir)
         if request is not None and time.time() >= request.due_s:
             (self.sim_dir / PREEMPT_REQUEST_FILE).unlink(missing_ok=True)
-            for name, proc, _ in pods:
-                if name == request.pod and proc.poll() is None:
-                    for _ in range(request.signals):
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(proc.pid, signal.SIGTERM)
-                    self._preempting.setdefault(name, _Preemption(name, time.monotonic() + self.grace_s))
+            if not (self.sim_dir / FAULT_TIME_FILE).exists():  # a stop at the pod's start is the fault itself
+                record_fault_time(self.sim_dir / FAULT_TIME_FILE)
+            self._stop([pod for pod in pods if pod[0] == request.pod], request.signals)
+        if self._deletion_due():
+            self._stop(pods, 1)
         for name, proc, _ in pods:
             preemption = self._preempting.get(name)
             if preemption is not None and time.monotonic() >= preemption.kill_at:
                 kill_group(proc)
                 del self._preempting[name]
+
+
+    def _stop(self, pods: list[Pod], signals: int) -> None:
+        """What the kubelet does to stop a pod: SIGTERM its main process now, SIGKILL it after the grace."""
+        for name, proc, _ in pods:
+            if proc.poll() is None and name not in self._preempting:
+                for _ in range(signals):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGTERM)
+                self._preempting[name] = _Preemption(name, time.monotonic() + self.grace_s)
+
+    def _deletion_due(self) -> bool:
+        if self.delete_after_decision_s is None or self.operator is None:
+            return False
+        decision = self.operator.decision
+        if decision.decided_ns is None:
+            return False
+        return time.time_ns() >= decision.decided_ns + int(self.delete_after_decision_s * 1e9)
 
 
 def _read_name(path: Path) -> str | None:

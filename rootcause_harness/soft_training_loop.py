@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine import soft_restart
-from rootcause_harness.faults import SIM_DIR_VARIABLE, freeze_pod, is_faulty_pod, vanish_pod
+from rootcause_harness.faults import SIM_DIR_VARIABLE, ask_for_preemption, freeze_pod, is_faulty_pod, vanish_pod
 
 #: Makes the exception a worker raises for its injected failure, from the message.
 ErrorFactory = Callable[[str], BaseException]
@@ -133,8 +133,10 @@ _LOOPS: dict[str, type[_HelperWorlds] | type[_RfcWorlds]] = {"helpers": _HelperW
 
 
 #: ``fail_kind`` values: the worker raises (recoverable unless ``fail_fatal``), or its whole pod is lost at
-#: once: every process SIGKILLed (``vanish``) or SIGSTOPped (``freeze``), as a lost node is.
-FAIL_KINDS = ("raise", "vanish", "freeze")
+#: once: every process SIGKILLed (``vanish``) or SIGSTOPped (``freeze``), as a lost node is, or its
+#: kubelet stops it (``preempt``: SIGTERM to the pod's main process, SIGKILL after the grace) while
+#: the worker goes on training.
+FAIL_KINDS = ("raise", "vanish", "freeze", "preempt")
 
 
 def run_soft_training(
@@ -193,8 +195,11 @@ def run_soft_training(
                 vanish_pod(pod)
             if fail_kind == "freeze":
                 freeze_pod(pod)
-            message = f"injected failure at step {step} on {pod} local rank {local_rank}"
-            raise fatal_error(message) if fail_fatal else recoverable_error(message)
+            if fail_kind == "preempt":  # the worker trains on until its agent ends it
+                ask_for_preemption(pod, signals=1)
+            else:
+                message = f"injected failure at step {step} on {pod} local rank {local_rank}"
+                raise fatal_error(message) if fail_fatal else recoverable_error(message)
         contribution = torch.full((4,), float(step + 1))
         try:
             dist.all_reduce(contribution)

@@ -15,9 +15,27 @@ will parse without this package importing ``backend_reader``), flytekit,
 :mod:`rootcause_engine.agent.failure_sink`,
 :mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (every hook into flytekit's internals).
 Not torch: plain tasks run through this command without importing it.
+
+The console script is :func:`.main.main`: it notes the kubelet's SIGTERM before it imports
+anything heavy (:mod:`rootcause_core.pod_stop`). This package imports nothing on its own for that
+reason: its public names are resolved on first use.
 """
 
-from flytekitplugins_rootcause.entrypoint.command import WRITE_FAILED_EXIT_CODE, execute_task_cmd
-from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "PATCHED_ENTRYPOINT": "flytekitplugins_rootcause.upstream.flytekit_entrypoint",
+    "WRITE_FAILED_EXIT_CODE": "flytekitplugins_rootcause.entrypoint.command",
+    "execute_task_cmd": "flytekitplugins_rootcause.entrypoint.command",
+}
 
 __all__ = ["PATCHED_ENTRYPOINT", "WRITE_FAILED_EXIT_CODE", "execute_task_cmd"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

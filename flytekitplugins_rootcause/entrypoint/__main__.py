@@ -1,5 +1,5 @@
 """``python -m flytekitplugins_rootcause.entrypoint``: the same as ``pyflyte-rootcause-execute``."""
 
-from flytekitplugins_rootcause.entrypoint.command import execute_task_cmd
+from flytekitplugins_rootcause.entrypoint.main import main
 
-execute_task_cmd()
+main()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -72,6 +73,7 @@ from flytekitplugins_rootcause.entrypoint.root_cause_wait import (
 )
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_retry import deadline_inside
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, failure_sink
@@ -163,20 +165,31 @@ class _ErrorFileRouter:
                 document = handle.read()
             os.remove(staged)
             plan = self.planner.staged_plan()
-            if self.root_cause_wait_s is not None and only_a_victim_named(plan):
-                _victim_writes(self, remote_path, document, plan, self.root_cause_wait_s)
-            else:
-                _log_outcome(
-                    write_error_documents(remote_path, document, self.worker, plan, self.policy, self.filesystems)
-                )
+            self._write(remote_path, document, plan)
             _FAILURE_DOCUMENTED.set()
         if not os.listdir(self.engine_dir):
             return remote_path  # flytekit would have uploaded only the error document
         return self.put_data(local_path, remote_path, is_multipart=is_multipart, **kwargs)
 
+    def write_last_resort(self, prefix: str, error: BaseException) -> None:
+        """For the agent watchdog: write this pod's error files for ``error`` before it exits, on the
+        same road as flytekit's staged document (a victim's waits for the culprit's), within the
+        time the failure sink gives its writer."""
+        plan, document = last_resort_document(error, display_worker_name(self.worker))
+        self._write(prefix, document, plan, deadline_s=LAST_RESORT_DEADLINE_S)
+
+    def _write(self, prefix: str, document: bytes, plan: ErrorDocumentPlan | None, *,
+               deadline_s: float | None = None) -> None:
+        if self.root_cause_wait_s is not None and only_a_victim_named(plan):
+            wait_s = self.root_cause_wait_s if deadline_s is None else min(self.root_cause_wait_s, deadline_s / 2)
+            _victim_writes(self, prefix, document, plan, wait_s, deadline_s=deadline_s)
+            return
+        _log_outcome(write_error_documents(prefix, document, self.worker, plan, self.policy, self.filesystems,
+                                           deadline_s=deadline_s))
+
 
 def _victim_writes(router: _ErrorFileRouter, prefix: str, document: bytes, plan: ErrorDocumentPlan | None,
-                   wait_s: float) -> None:
+                   wait_s: float, *, deadline_s: float | None = None) -> None:
     """Write a document that names only victims so that it never decides what the console shows.
 
     The console reads what the prefix holds when the first pod exits, with the earliest timestamp
@@ -188,13 +201,15 @@ def _victim_writes(router: _ErrorFileRouter, prefix: str, document: bytes, plan:
     policy = router.policy
     own = dataclasses.replace(policy, error_pb_if_absent=False)
     if own.per_worker_files:
-        _log_outcome(write_error_documents(prefix, document, router.worker, plan, own, router.filesystems))
+        _log_outcome(write_error_documents(prefix, document, router.worker, plan, own, router.filesystems,
+                                           deadline_s=deadline_s))
     names = lambda: list_names(prefix, router.filesystems)  # noqa: E731
     if not await_root_cause_document(names, bound_s=wait_s, with_error_pb=policy.error_pb_if_absent) and (
         policy.error_pb_if_absent
     ):
         shared_only = ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=True)
-        _log_outcome(write_error_documents(prefix, document, router.worker, plan, shared_only, router.filesystems))
+        _log_outcome(write_error_documents(prefix, document, router.worker, plan, shared_only, router.filesystems,
+                                           deadline_s=deadline_s))
 
 
 def _report_failures(failures: tuple[WriteFailure, ...]) -> None:
@@ -224,6 +239,8 @@ def _dispatch_execute(
     loaded = _LoadedTask.from_loader(load_task)
     strategy = flytekit_entrypoint.get_one_of(*DIST_ERROR_STRATEGY_ENV_VARS)
     policy = decide_policy(strategy, loaded.root_cause_config)
+    if loaded.root_cause_config is None:
+        POD_STOP.release()  # no launch of ours will act on the kubelet's SIGTERM: Python's default again
     if policy.is_flytekit_default:
         return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 
@@ -245,14 +262,6 @@ def _dispatch_execute(
         root_cause_wait_s=root_cause_wait_s(loaded.root_cause_config),
     )
 
-    def write_last_resort(error: BaseException) -> None:
-        """For the agent watchdog: write this pod's error files for ``error`` before it exits."""
-        plan, document = last_resort_document(error, document_worker)
-        outcome = write_error_documents(
-            output_prefix, document, worker, plan, policy, file_access, deadline_s=LAST_RESORT_DEADLINE_S
-        )
-        _log_outcome(outcome)
-
     with (
         flytekit_entrypoint.error_document_hooks(
             error_file_name=lambda: STAGED_ERROR_FILE_NAME,
@@ -261,7 +270,7 @@ def _dispatch_execute(
             error_message=planner.error_message,
         ),
         flytekit_entrypoint.put_data_replaced(file_access, router),
-        failure_sink(write_last_resort, destination=output_prefix),
+        failure_sink(functools.partial(router.write_last_resort, output_prefix), destination=output_prefix),
     ):
         return flytekit_entrypoint.dispatch_execute(ctx, loaded.load, inputs_path, output_prefix, is_map_task)
 

@@ -50,7 +50,13 @@ from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
 from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
 from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
-from flyteplugins.rootcause.upstream import check_flyte, leave_outputs_to_rank_0, upload_error_document
+from flyteplugins.rootcause.upstream import (
+    check_flyte,
+    in_pod_main_process,
+    leave_outputs_to_rank_0,
+    upload_error_document,
+)
+from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_retry import Deadline, call_with_retries, deadline_inside
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import job_report
@@ -68,6 +74,13 @@ logger = logging.getLogger(__name__)
 #: Which root causes Flyte 2 retries: every error but a ``NonRecoverableError`` (the launch's
 #: diagnoses, soft restarts and the agreement all judge by it).
 RETRY_RULE = RetryRule.UNLESS_REFUSED
+
+if in_pod_main_process():
+    # ``a0`` loads the task before it downloads the inputs: from here on a kubelet's SIGTERM is noted,
+    # and the launch ends as preempted as it starts (:mod:`rootcause_engine.agent.termination`),
+    # where Python's default would end the pod non-zero and fail the job with nothing to read
+    POD_STOP.install()
+
 #: torch elastic's start method for the workers: upstream's (``LaunchConfig``'s default).
 START_METHOD = "spawn"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from typing import Any
 
 from rootcause_engine.upstream import versions
@@ -41,6 +42,21 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol("flyte", "flyte._internal.runtime.io", "report_path",
            "reads back to keep the report tabs that rank 0's workers flushed"),
 )
+
+#: The console script of flyte's runtime, the main process of every pod of a Flyte 2 action.
+RUNTIME_SCRIPT = "a0"
+#: The flag on the command line of a process that ``multiprocessing`` spawned (its ``spawn_main``).
+SPAWNED_WORKER_FLAG = "--multiprocessing-fork"
+
+
+def in_pod_main_process() -> bool:
+    """This process is a pod's ``a0``: not a user's ``flyte run --local`` or a notebook, and not a
+    worker it spawned (``multiprocessing`` gives a spawned worker its parent's ``sys.argv`` while it
+    imports the task; only the interpreter's own command line tells it apart)."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == RUNTIME_SCRIPT and (
+        SPAWNED_WORKER_FLAG not in sys.orig_argv
+    )
+
 
 #: This front-end's distribution: the refusal names it (the engine's own messages name the flytekit one).
 DISTRIBUTION = "flyteplugins-rootcause"

@@ -37,9 +37,11 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_core.pod_stop import POD_STOP, PodStopNotice
 from rootcause_core.safe_text import exception_summary
 from rootcause_core.testimony import LostPeer
 from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent import termination
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict
@@ -57,7 +59,6 @@ from rootcause_engine.agent.soft_restart_agent import (
     history_rows,
 )
 from rootcause_engine.agent.store_keeper import stores_kept
-from rootcause_engine.agent.termination import TerminationNotice
 from rootcause_engine.agent.torch_log_format import exceptions_preformatted
 from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
 from rootcause_engine.agent.worker_channel import WorkerChannel
@@ -147,7 +148,13 @@ class LaunchSession:
     process, hands that to the last-resort failure sink.
     """
 
-    def __init__(self, settings: LaunchSettings, *, error_of: Callable[[Diagnosis], BaseException]) -> None:
+    def __init__(
+        self,
+        settings: LaunchSettings,
+        *,
+        error_of: Callable[[Diagnosis], BaseException],
+        pod_stop: PodStopNotice = POD_STOP,
+    ) -> None:
         self.settings = settings
         self.error_of = error_of
         self.peers = PeerWatch(
@@ -157,8 +164,8 @@ class LaunchSession:
             interval_s=settings.heartbeat_interval_s,
         )
         self._stack = contextlib.ExitStack()
-        #: the kubelet's SIGTERMs to this pod (:mod:`.termination`)
-        self.termination = TerminationNotice()
+        #: the kubelet's SIGTERMs to this pod (:mod:`.termination`): the process's one notice
+        self.termination = pod_stop
         self.observer: LaunchObserver | None = None
         self.soft: SoftRestartSession | None = None
         self.watchdog: AgentWatchdog | None = None
@@ -168,7 +175,7 @@ class LaunchSession:
         settings = self.settings
         stack = self._stack.__enter__()
         try:
-            stack.enter_context(self.termination.installed())
+            stack.enter_context(termination.installed(self.termination))
             stack.callback(self._finish_peers)
             stack.enter_context(
                 stores_kept(settings.start_method, settings.rdzv_backend, settings.rdzv_endpoint, settings.rdzv_configs)
@@ -219,7 +226,7 @@ class LaunchSession:
             exceptions_preformatted(),
             observing_launch(observer, self.peers),
             self.watchdog if self.watchdog is not None else contextlib.nullcontext(),
-            self.termination.armed(),
+            termination.armed(self.termination),
             hang_watch_running(self.hang_watch),
         ):
             yield observer

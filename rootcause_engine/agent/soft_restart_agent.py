@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from torch.distributed import DistStoreError, PrefixStore
 from torch.distributed.elastic.agent.server.api import RunResult
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from rootcause_core.testimony import LostPeer
@@ -158,6 +159,9 @@ def _summary(diagnosis: Diagnosis | None) -> str:
     return "a worker failed and left no evidence" if diagnosis is None else diagnosis.summary
 
 
+#: Why the log takes out a node whose kubelet is stopping it (its own word, before it goes).
+STOPPED_REASON = "its kubelet stopped the pod (SIGTERM: preemption, drain, eviction or deletion)"
+
 #: Why the log takes a lost peer out of the world (the peer watch does not say which sign it read).
 LOST_REASON = "its processes ended without a word, or it fell silent: a lost, killed or frozen node"
 
@@ -178,10 +182,24 @@ class SoftRestartLoop:
             return self._launch(parts)
         except StoreUnresponsive as error:
             raise DistStoreError(f"soft restart: {error}") from error
+        except SignalException:
+            self._leave_for_good(STOPPED_REASON)
+            raise
         finally:
             world: SoftWorld | None = getattr(self, "world", None)
             if world is not None:
                 world.close()
+
+    def _leave_for_good(self, reason: str) -> None:
+        """This node will not come back (its kubelet is stopping the pod): the log takes it out as a
+        lost node, so the others scale down at once instead of waiting for it to restart."""
+        world: SoftWorld | None = getattr(self, "world", None)
+        if world is None:
+            return
+        try:
+            world.remove_lost(world.node, self.session.worker, reason)
+        except Exception as error:  # the store stopped answering: the peer watch finds the pod gone instead
+            logger.warning("soft restart: could not take this node out of the world: %s", error)
 
     def _launch(self, parts: AgentParts) -> RunResult:
         self.parts = parts

@@ -7,11 +7,15 @@ re-raises), and kfpytorch turns that into ``IgnoreOutputs``: the pod exits 0 hav
 nothing, the training operator marks the job Succeeded at that exit, and Flyte finds no error. A
 preempted pod must instead be the job's recorded, recoverable root cause, written within the grace.
 
-:class:`TerminationNotice` is the pod's SIGTERM handler for the whole launch session:
+The pod's one notice is :data:`rootcause_core.pod_stop.POD_STOP` (the entrypoint may have installed
+it before the task was even loaded). Around the launch:
 
-- while the launch runs (:meth:`TerminationNotice.armed`), the first SIGTERM is noted (its time in
-  nanoseconds) and raised as torch's own ``SignalException``, so torch's agent ends the workers
-  (victims) and the launch ends, whether it was in the rendezvous, in training or in its exit barrier;
+- :func:`installed`: it is the process's SIGTERM handler from the launch session on, and stays so
+  after the block: a SIGTERM while the pod writes its documents must not end it (Python's default would);
+- :func:`armed` (the block of the launch): the first SIGTERM is raised as torch's own
+  ``SignalException``, so torch's agent ends the workers (victims) and the launch ends, whether it
+  was in the rendezvous, in training or in its exit barrier; a SIGTERM that came *before* the block
+  (while the pod started, downloaded its inputs, loaded the task) ends the launch as it starts;
 - any other SIGTERM (a second one, one while the pod writes its own failure report, one after the
   launch ended) is only noted: the pod finishes what it writes and exits 0.
 
@@ -22,56 +26,34 @@ routes that handler's SIGTERM here too.
 from __future__ import annotations
 
 import contextlib
-import logging
 import signal
-import threading
-import time
 from collections.abc import Iterator
-from typing import Any
+from typing import NoReturn
 
+from rootcause_core.pod_stop import PodStopNotice
 from rootcause_engine.upstream.torch_elastic import patch_termination_handler, signal_exception
 
-logger = logging.getLogger(__name__)
+
+def _raise_signal_exception(signum: int) -> NoReturn:
+    raise signal_exception(signum)
 
 
-class TerminationNotice:
-    """This pod's SIGTERMs (see the module docstring)."""
+@contextlib.contextmanager
+def installed(notice: PodStopNotice) -> Iterator[PodStopNotice]:
+    """``notice`` is the process's SIGTERM handler from now on (main thread only)."""
+    notice.install()
+    yield notice
 
-    def __init__(self) -> None:
-        self.received_ns: int | None = None
-        self.count = 0
-        self._armed = False
 
-    @property
-    def received(self) -> bool:
-        return self.received_ns is not None
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        self.count += 1
-        first = self.received_ns is None
-        if first:
-            self.received_ns = time.time_ns()
-        logger.warning("SIGTERM %d received (the pod is being stopped: preemption, drain, eviction or deletion)",
-                       self.count)
-        if first and self._armed:
-            self._armed = False
-            raise signal_exception(signum)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[TerminationNotice]:
-        """This notice is the process's SIGTERM handler from now on (main thread only: elsewhere
-        Python cannot install one, and torch would not either). It stays installed after the block:
-        a SIGTERM while the pod writes its documents must not end it (Python's default would)."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self)
-        yield self
-
-    @contextlib.contextmanager
-    def armed(self) -> Iterator[None]:
-        """The block of the launch: its first SIGTERM ends the launch as torch's would."""
-        self._armed = not self.received
-        try:
-            with patch_termination_handler(self):
-                yield
-        finally:
-            self._armed = False
+@contextlib.contextmanager
+def armed(notice: PodStopNotice) -> Iterator[None]:
+    """The block of the launch: its first SIGTERM ends the launch as torch's would; one that came
+    before the block ends it at once (raised here, before torch starts anything)."""
+    if notice.received:
+        _raise_signal_exception(signal.SIGTERM)
+    notice.on_first = _raise_signal_exception
+    try:
+        with patch_termination_handler(notice):
+            yield
+    finally:
+        notice.on_first = None

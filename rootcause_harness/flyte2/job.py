@@ -30,7 +30,7 @@ from flyteidl2.core import execution_pb2
 from flyteidl2.task import common_pb2
 from google.protobuf.message import DecodeError
 
-from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
 from rootcause_harness.loopback import free_port
 from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, copy_local_prefix
 from rootcause_harness.pods import (
@@ -68,6 +68,9 @@ class JobSpec:
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
     termination_grace_s: float = TERMINATION_GRACE_S
+    #: the pods still running this long after the operator decided are deleted, as Flyte deletes a
+    #: finished PyTorchJob (``pods.PodWatch``); ``None``: they run to their own end
+    delete_after_decision_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +180,10 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         return start_pod(args, pod_env, name, log_path)
 
     pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    ask_for_start_preemption(sim_dir, spec.fault)
     operator = Operator(copy_local_prefix(output_prefix), sim_dir / SNAPSHOT_DIR)
-    results, timed_out = wait_for_pods(pods, spec.timeout_s, PodWatch(sim_dir, operator, spec.termination_grace_s))
+    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s)
+    results, timed_out = wait_for_pods(pods, spec.timeout_s, watch)
     fault_file = sim_dir / FAULT_TIME_FILE
     return JobResult(
         spec=spec,

@@ -33,7 +33,7 @@ from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
 from backend_reader.filesystems import filesystem
-from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault
+from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
 from rootcause_harness.loopback import free_port
 from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, PrefixCopier
 from rootcause_harness.pods import (
@@ -115,6 +115,9 @@ class JobSpec:
     reschedule_lost_after_s: float | None = None
     #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
     termination_grace_s: float = TERMINATION_GRACE_S
+    #: the pods still running this long after the operator decided are deleted, as Flyte deletes a
+    #: finished PyTorchJob (``pods.PodWatch``); ``None``: they run to their own end
+    delete_after_decision_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,11 +221,12 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         return start_pod(args, pod_env, name, log_path)
 
     pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    ask_for_start_preemption(sim_dir, spec.fault)
     rescheduler = None
     if spec.reschedule_lost_after_s is not None:
         rescheduler = Rescheduler(start, spec.reschedule_lost_after_s)
     operator = Operator(spec.store.prefix_copier(output_prefix), sim_dir / SNAPSHOT_DIR)
-    watch = PodWatch(sim_dir, operator, grace_s=spec.termination_grace_s)
+    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s)
     results, timed_out = wait_for_pods(pods, spec.timeout_s, watch, rescheduler)
     fault_file = sim_dir / FAULT_TIME_FILE
     return JobResult(

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import os
+import threading
+import time
+from pathlib import Path
 
+from flyteidl.core import errors_pb2
+from flytekit.exceptions.system import FlyteSystemException
+
+from flytekitplugins_rootcause.entrypoint.command import _ErrorFileRouter
+from flytekitplugins_rootcause.entrypoint.error_documents import ErrorFilePolicy
 from flytekitplugins_rootcause.entrypoint.root_cause_wait import await_root_cause_document, names_the_root_cause
 
 VICTIM = "error-pod-0-0123abcd.rc1v1790000000000000000.pb"
@@ -55,3 +64,54 @@ def test_a_backend_reading_only_error_pb_needs_it_there_too() -> None:
         lambda: next(listings), bound_s=10, with_error_pb=True, clock=clock, sleep=clock.sleep
     )
     assert clock.now == 0.2
+
+
+# --- the agent watchdog's road: the same wait -----------------------------------------------------------
+
+
+class _HungVictim(FlyteSystemException):
+    """What the watchdog reports for an agent that hung after its workers were torn down: a victim."""
+
+    report = "[victim] agent hung: rank 3 never entered allreduce"
+
+
+def _router(tmp_path: Path, wait_s: float) -> _ErrorFileRouter:
+    return _ErrorFileRouter(
+        put_data=lambda *args, **kwargs: None,
+        engine_dir=str(tmp_path / "engine"),
+        worker="pod-0",
+        planner=None,  # type: ignore[arg-type]  # the staged road is not taken here
+        policy=ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True),
+        filesystems=None,  # type: ignore[arg-type]  # a local prefix needs no store
+        root_cause_wait_s=wait_s,
+    )
+
+
+def test_the_watchdog_s_victim_document_leaves_error_pb_to_the_culprit(tmp_path: Path) -> None:
+    """The watchdog's document names only a victim: the pod writes its own file, waits for the
+    culprit's pod's file and ``error.pb``, and leaves ``error.pb`` as the culprit made it."""
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+
+    def culprit_writes() -> None:
+        time.sleep(0.5)
+        (prefix / CANDIDATE).write_bytes(b"culprit")
+        (prefix / "error.pb").write_bytes(b"culprit")
+
+    culprit = threading.Thread(target=culprit_writes)
+    culprit.start()
+    began = time.monotonic()
+    _router(tmp_path, wait_s=30).write_last_resort(str(prefix), _HungVictim("hung"))
+    culprit.join()
+    assert time.monotonic() - began < 20
+    assert (prefix / "error.pb").read_bytes() == b"culprit"
+    own = [name for name in os.listdir(prefix) if name.startswith("error-pod-0-")]
+    assert len(own) == 1 and ".rc1v" in own[0], os.listdir(prefix)
+
+
+def test_the_watchdog_s_victim_document_makes_error_pb_when_no_culprit_writes(tmp_path: Path) -> None:
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    _router(tmp_path, wait_s=1).write_last_resort(str(prefix), _HungVictim("hung"))
+    shared = errors_pb2.ErrorDocument.FromString((prefix / "error.pb").read_bytes())
+    assert shared.error.message.startswith("[victim] agent hung"), shared.error.message

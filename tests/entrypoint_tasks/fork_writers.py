@@ -50,7 +50,8 @@ def _writer(command, worker: str, args: list[str], log_dir: Path) -> None:
         os.dup2(log, 2)
         os.dup2(log, 1)
         try:
-            command.main(args=args, prog_name=SCRIPT, standalone_mode=True)
+            sys.argv = [SCRIPT, *args]
+            command()  # the console script, as the pod's command line runs it
             code = 0
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1

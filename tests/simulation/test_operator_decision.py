@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rootcause_harness.faults import BEFORE_INIT, STORE_HOST_POD, Fault, FaultKind
+from rootcause_harness.faults import AT_POD_START, BEFORE_INIT, STORE_HOST_POD, Fault, FaultKind
 from rootcause_harness.flyte2 import training as flyte2_training
 from rootcause_harness.flyte2.console import console_at_decision as flyte2_console
 from rootcause_harness.flyte2.job import JobSpec as Flyte2JobSpec
@@ -29,9 +29,10 @@ pytestmark = pytest.mark.slow
 GRACE_S = 20.0
 
 
-def _flytekit_job(tmp_path: Path, fault: Fault, task=forked_train_2x1, nproc: int = 1) -> JobResult:
+def _flytekit_job(tmp_path: Path, fault: Fault, task=forked_train_2x1, nproc: int = 1,
+                  delete_after_decision_s: float | None = None) -> JobResult:
     spec = JobSpec(task=task, nnodes=2, nproc_per_node=nproc, store=StoreAccess(str(tmp_path / "store")), fault=fault,
-                   termination_grace_s=GRACE_S, timeout_s=180)
+                   termination_grace_s=GRACE_S, timeout_s=180, delete_after_decision_s=delete_after_decision_s)
     result = run_job(spec, work_dir=tmp_path / "pods")
     assert not result.timed_out, f"pod logs in {result.sim_dir}"
     return result
@@ -60,6 +61,27 @@ def test_a_preempted_pod_is_the_recoverable_root_cause_at_the_decision(tmp_path:
     assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message
     without = console_at_decision(result, aggregation=False)  # error.pb alone: the first pod to fail made it
     assert without.worker == "train-worker-1", (without, logs)
+
+
+#: Seconds after the decision at which the simulator deletes the pods still running, as Flyte deletes a
+#: finished PyTorchJob: a pod stopped while it started leaves its peer waiting in the rendezvous.
+DELETE_AFTER_DECISION_S = 1.0
+
+
+@pytest.mark.parametrize("after_s", [0.2, 2.5], ids=["in-its-imports", "loading-the-task"])
+def test_a_pod_stopped_while_it_starts_is_the_recoverable_root_cause_at_the_decision(tmp_path: Path,
+                                                                                      after_s: float) -> None:
+    """The kubelet SIGTERMs pod 1 while it still imports flytekit and torch, or loads its task and
+    inputs: its SIGTERM is noted from the entrypoint's first line, the launch ends as it starts, and
+    the pod exits 0 with its own document (Python's default would end it non-zero: Failed, nothing read)."""
+    fault = Fault(FaultKind.PREEMPT, pod="train-worker-1", step=AT_POD_START, sigterm_after_s=after_s)
+    result = _flytekit_job(tmp_path, fault, delete_after_decision_s=DELETE_AFTER_DECISION_S)
+    logs = f"pod logs in {result.sim_dir}"
+    assert result.operator.pod == "train-worker-1" and result.operator.code == 0, (result.operator, logs)
+    view = console_at_decision(result, aggregation=True)
+    _assert_names(view, "train-worker-1", logs)
+    assert view.recoverable is True, view.message
+    assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message
 
 
 def test_a_preempted_store_host_is_named_not_taken_for_a_lost_pod(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from backend_reader import RemoteFileOutputReader
 from backend_reader.upstream_rule import earliest_error
 from rootcause_core.ordering import Role
 from rootcause_harness.faults import NOT_STORE_HOST_POD
+from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
 from rootcause_harness.flytekit.soft_training import (
     hard_train_2x2,
@@ -254,3 +255,28 @@ def test_a_pod_rescheduled_after_its_node_was_lost_joins_the_running_job(
             sizes = [e["world_size"] for e in process if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
+
+
+def test_a_preempted_pod_is_the_recoverable_root_cause_and_its_peers_scale_down(file_store: ObjectStore,
+                                                                                tmp_path: Path) -> None:
+    """3 pods x 1 spawned worker, ``nnodes="2:3"``: the kubelet stops a pod that does not host the
+    store (SIGTERM) at step 4. The training operator ends the job at the first pod exit whatever it
+    is (Flyte's ``RestartPolicy: Never``), so the stopped pod writes itself as the recoverable root
+    cause and exits 0: Flyte retries the task. Until then its peers scale down as for a lost pod,
+    each in its own process, and train on."""
+    result = _run(file_store, tmp_path, soft_train_3x1_spawned, 3, 1, fail_pod=NOT_STORE_HOST_POD,
+                  fail_local_rank=0, fail_step=4, fail_kind="preempt")
+    logs = f"pod logs in {result.sim_dir}"
+    workers = read_worker_logs(result.sim_dir)
+    (stopped,) = {pod for (pod, _), processes in workers.items()
+                  for process in processes if any(e["event"] == "fault" for e in process)}
+    assert all(pod.returncode == 0 for pod in result.pods), logs
+    assert result.operator.pod == stopped and result.operator.code == 0, (result.operator, logs)
+    view = console_at_decision(result, aggregation=True)
+    assert (view.outcome, view.worker, view.recoverable) == ("error", stopped, True), (view, logs)
+    assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message
+    for (pod, _), processes in workers.items():
+        if pod != stopped:
+            (process,) = processes  # a survivor keeps its process
+            assert _changes(process) == [None, "SCALE_DOWN"], logs
+            assert _steps(process) == list(range(1, STEPS + 1)), logs

@@ -1,0 +1,79 @@
+"""The kubelet's SIGTERM to this pod's main process, noted from the first moment the process can.
+
+Why: Kubernetes stops a pod (a spot reclaim, a node drain, an eviction, a deletion) by sending
+SIGTERM to its main process, then SIGKILL after ``terminationGracePeriodSeconds``. Python's default
+answer ends the process at once with a non-zero status, and the training operator marks the whole
+PyTorchJob Failed at that exit: Flyte then reads no error document at all. A pod stopped while it
+still starts (its imports, its input download, the task's load) must instead be recorded as
+preempted like one stopped in training, so the entrypoint installs :data:`POD_STOP` as the SIGTERM
+handler before anything else, and the launch, once it starts, ends at once as preempted
+(``rootcause_engine.agent.termination``).
+
+Torch-free on purpose: the flytekit entrypoint installs it before it knows whether the task is an
+``ElasticRootCause`` one, and plain tasks never import torch. A plain task gets Python's default
+back (:meth:`PodStopNotice.release`), including a SIGTERM that came meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class PodStopNotice:
+    """SIGTERMs to this process: the first one's time (ns), how many, and who acts on the first one.
+
+    ``on_first`` (set by the launch while it runs) is called from the handler with the signal number
+    for the first SIGTERM only; every later one is only counted: the pod is already on its way out
+    and must finish writing what it owes (its document, exit 0) within the grace.
+    """
+
+    def __init__(self) -> None:
+        self.received_ns: int | None = None
+        self.count = 0
+        self.on_first: Callable[[int], None] | None = None
+        self.installed = False
+
+    @property
+    def received(self) -> bool:
+        return self.received_ns is not None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        first = self.received_ns is None
+        if first:
+            self.received_ns = time.time_ns()
+        logger.warning("SIGTERM %d received (the pod is being stopped: preemption, drain, eviction or deletion)",
+                       self.count)
+        if first and self.on_first is not None:
+            act, self.on_first = self.on_first, None
+            act(signum)
+
+    def install(self) -> bool:
+        """Make this the process's SIGTERM handler (main thread only: elsewhere Python cannot)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        signal.signal(signal.SIGTERM, self)
+        self.installed = True
+        return True
+
+    def release(self) -> None:
+        """Give SIGTERM back to Python's default, for a task that does not report its root cause:
+        a SIGTERM noted meanwhile is delivered again, so the process ends as it would have."""
+        if not self.installed or threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.installed = False
+        if self.received:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: This process's notice: one process is one pod's main process.
+POD_STOP = PodStopNotice()
