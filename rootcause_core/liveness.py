@@ -30,3 +30,25 @@ def liveness_problem(heartbeat_interval_s: float, silence_limit_s: float | None)
             f"or None (no liveness watch), got {silence_limit_s!r}"
         )
     return None
+
+
+#: Peers a pod probes directly before it declares others lost (the isolation rule's witnesses): a
+#: few, so the check costs the same at a thousand pods, and enough that one dead witness does not
+#: silence a healthy pod.
+ISOLATION_WITNESSES = 3
+
+
+def cut_off(*, accused: int, witnesses: int, reached: int) -> bool:
+    """The isolation rule, the one place it is written: may a pod that is about to declare
+    ``accused`` peers lost do so, having reached ``reached`` of ``witnesses`` other peers directly?
+
+    A pod that is itself cut off from the network sees every other pod fall silent at once, and the
+    store too when another pod hosts it: if it named them, a healthy majority would be named lost.
+    So a verdict needs the larger side: this pod and the witnesses it reached, against the accused
+    and the witnesses it could not reach. A tie (two pods that lost each other) is allowed on both
+    sides: only the side that still reaches the object store can write its document, which is
+    what a failed NIC or a partitioned node leaves the cut-off side without.
+    """
+    own_side = 1 + reached
+    other_side = accused + (witnesses - reached)
+    return own_side < other_side

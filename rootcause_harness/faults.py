@@ -58,6 +58,10 @@ class FaultKind(enum.StrEnum):
     #: not a fault: the worker computes alone for ``duration_s`` (a rank-0 evaluation, a checkpoint
     #: serialised) while its peers wait in the step's collective, then trains on
     COMPUTE = "compute"
+    #: the pod's node loses the network (a failed NIC or switch port): every packet dropped both ways,
+    #: nothing closed, its processes run on; its kubelet reports nothing. Needs the job on a
+    #: :class:`~rootcause_harness.netns.PodNetwork` (the simulator makes the cut)
+    PARTITION = "partition"
     #: not a fault: the worker writes a large file for ``duration_s`` (a few MB a second, as to a slow
     #: network filesystem, with little CPU) while its peers wait, then trains on
     WRITE = "write"
@@ -67,7 +71,7 @@ class FaultKind(enum.StrEnum):
 HEALTHY_PAUSES = frozenset({FaultKind.COMPUTE, FaultKind.WRITE})
 #: Faults of a whole pod, not of one of its ranks: the pod is what a report names (a lost or frozen
 #: node's peers write for it; a stopped pod's failure is the pod's, its workers are victims).
-POD_FAULTS = frozenset({FaultKind.VANISH, FaultKind.FREEZE, FaultKind.PREEMPT})
+POD_FAULTS = frozenset({FaultKind.VANISH, FaultKind.FREEZE, FaultKind.PREEMPT, FaultKind.PARTITION})
 
 
 class Communication(enum.StrEnum):
@@ -110,6 +114,10 @@ FROZEN_POD_FILE = "frozen_pod"
 LOST_NODE_FILE = "lost_node"
 #: Written by the faulty worker of a ``PREEMPT``: the simulator then stops that pod as a kubelet would.
 PREEMPT_REQUEST_FILE = "preempt_pod"
+#: Written by the faulty worker of a ``PARTITION``: the simulator then cuts that pod off the network.
+PARTITION_REQUEST_FILE = "partition_pod"
+#: Written by the simulator once it cut a pod off: its kubelet is cut off too, and reports nothing.
+PARTITIONED_POD_FILE = "partitioned_pod"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +229,12 @@ class PreemptRequest:
             return None
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def ask_for_preemption(pod: str, signals: int, after_s: float = 0.0) -> None:
     """Ask the simulator to stop this pod as its kubelet would for a preemption (see ``pods.PodWatch``)."""
     PreemptRequest(pod, signals, time.time() + after_s).write(_sim_dir())
@@ -313,6 +327,9 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         if fault.kind == FaultKind.PREEMPT:
             ask_for_preemption(pod, fault.signals)
             return  # the worker goes on: the kubelet signals the pod's main process, not the workers
+        if fault.kind == FaultKind.PARTITION:
+            _write_atomically(_sim_dir() / PARTITION_REQUEST_FILE, pod)
+            return  # the worker goes on: the network goes, not the process
         if fault.kind == FaultKind.FREEZE:
             freeze_pod(pod)
         if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):

@@ -26,6 +26,8 @@ from rootcause_harness.faults import (
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
     LOST_NODE_FILE,
+    PARTITION_REQUEST_FILE,
+    PARTITIONED_POD_FILE,
     PREEMPT_REQUEST_FILE,
     SKEWED_CLOCK_DIR,
     Fault,
@@ -33,6 +35,7 @@ from rootcause_harness.faults import (
     record_fault_time,
 )
 from rootcause_harness.loopback import bound_dns_waits
+from rootcause_harness.netns import PodNetwork
 from rootcause_harness.operator import Operator
 from rootcause_harness.training_loop import RANKS_DIR
 
@@ -148,16 +151,18 @@ class PodWatch:
     """
 
     def __init__(self, sim_dir: Path, operator: Operator | None = None, grace_s: float = TERMINATION_GRACE_S,
-                 delete_after_decision_s: float | None = None) -> None:
+                 delete_after_decision_s: float | None = None, network: PodNetwork | None = None) -> None:
         self.sim_dir = sim_dir
         self.operator = operator
         self.grace_s = grace_s
         self.delete_after_decision_s = delete_after_decision_s
+        self.network = network
         self._preempting: dict[str, _Preemption] = {}
 
     def silent(self, name: str) -> bool:
-        """The pod's node went silent: lost (every process SIGKILLed at once) or frozen."""
-        return name in {_read_name(self.sim_dir / FROZEN_POD_FILE), _read_name(self.sim_dir / LOST_NODE_FILE)}
+        """The pod's node went silent: lost (every process SIGKILLed at once), frozen, or cut off."""
+        return name in {_read_name(self.sim_dir / marker) for marker in (FROZEN_POD_FILE, LOST_NODE_FILE,
+                                                                          PARTITIONED_POD_FILE)}
 
     @property
     def frozen(self) -> bool:
@@ -179,6 +184,7 @@ class PodWatch:
             self._stop([pod for pod in pods if pod[0] == request.pod], request.signals)
         if self._deletion_due():
             self._stop(pods, 1)
+        self._partition_due()
         for name, proc, _ in pods:
             preemption = self._preempting.get(name)
             if preemption is not None and time.monotonic() >= preemption.kill_at:
@@ -194,6 +200,17 @@ class PodWatch:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(proc.pid, signal.SIGTERM)
                 self._preempting[name] = _Preemption(name, time.monotonic() + self.grace_s)
+
+    def _partition_due(self) -> None:
+        """Cut off the pod a worker asked for (:data:`~.faults.PARTITION_REQUEST_FILE`), once."""
+        pod = _read_name(self.sim_dir / PARTITION_REQUEST_FILE)
+        if pod is None:
+            return
+        (self.sim_dir / PARTITION_REQUEST_FILE).unlink(missing_ok=True)
+        if self.network is None:
+            raise RuntimeError("a partition fault needs the job on a PodNetwork (rootcause_harness.netns)")
+        self.network.cut(pod)
+        (self.sim_dir / PARTITIONED_POD_FILE).write_text(pod)
 
     def _deletion_due(self) -> bool:
         if self.delete_after_decision_s is None or self.operator is None:

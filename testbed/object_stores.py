@@ -107,12 +107,13 @@ def fake_gcs_store(bucket: str = "rootcause-test") -> Iterator[ObjectStore]:
 
 
 @contextlib.contextmanager
-def moto_s3_store(bucket: str = "rootcause-test") -> Iterator[ObjectStore]:
-    """moto's S3 server on a free loopback port with one empty bucket, reached through s3fs."""
+def moto_s3_store(bucket: str = "rootcause-test", host: str = "127.0.0.1") -> Iterator[ObjectStore]:
+    """moto's S3 server on a free port with one empty bucket, reached through s3fs: on loopback, or
+    on ``host``, the bridge address of a network of pods the test made (``rootcause_harness.netns``)."""
     port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = f"http://{host}:{port}"
     moto_server = Path(sys.executable).with_name("moto_server")
-    cmd = [str(moto_server), "-H", "127.0.0.1", "-p", str(port)]
+    cmd = [str(moto_server), "-H", host, "-p", str(port)]
     with _server_process(cmd, f"{endpoint}/moto-api/"):
         env = {
             "AWS_ACCESS_KEY_ID": "testing",

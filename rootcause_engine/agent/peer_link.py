@@ -365,3 +365,30 @@ def _call_logged(callback: Callable[[], None]) -> None:
         callback()
     except Exception:  # the hub's thread serves every link of the process: it must go on
         logger.exception("peer link callback failed")
+
+
+#: How long a reachability probe waits for a peer's greeting: a live peer on a working network
+#: answers within a round trip; a cut-off one (no SYN-ACK ever) is given up on then.
+PROBE_TIMEOUT_S = 1.5
+
+
+def probe(endpoint: LinkEndpoint, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """One fresh connection to ``endpoint``: does the peer's listener greet within ``timeout_s``?
+
+    The isolation rule's witness (:mod:`rootcause_core.liveness`): unlike the store, which lives in
+    one pod, each probe goes straight to one peer, so a pod cut off from the network reaches none
+    of them, and a pod on the healthy side reaches the live ones. The connection is closed at once
+    (the listener takes it for a watcher that left)."""
+    expected = _GREETING_PREFIX + endpoint.token.encode()
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            greeting = b""
+            while b"\n" not in greeting and len(greeting) < _GREETING_MAX:
+                data = sock.recv(_GREETING_MAX)
+                if not data:
+                    return False
+                greeting += data
+    except OSError:
+        return False
+    return greeting.split(b"\n", 1)[0] == expected

@@ -56,6 +56,7 @@ bad value is logged once and ignored.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -68,10 +69,11 @@ from typing import Any, TypeVar
 from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, SILENCE_LIMIT_S, cut_off
 from rootcause_core.testimony import LostPeer, Member, lost_peer_from_entry, member_from_entry
+from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
-from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub
+from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub, probe
 from rootcause_engine.agent.store_values import (
     MAX_KEYS_PER_READ,
     LogCursor,
@@ -147,6 +149,19 @@ _STORE_HOST_KEY = f"{_KEY_PREFIX}store-host"
 _VERDICT_NUMBERS_KEY = f"{_KEY_PREFIX}verdict-numbers"
 
 
+#: How many heartbeats a pod looks for its witnesses' link endpoints before it does without them.
+_WITNESS_LOOKS = 20
+
+
+def _probe_all(endpoints: list[LinkEndpoint]) -> int:
+    """How many of ``endpoints`` greet a fresh connection, probed at once."""
+    if not endpoints:
+        return 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(endpoints),
+                                               thread_name_prefix="rootcause-probe") as pool:
+        return sum(pool.map(probe, endpoints))
+
+
 def _verdict_log(world_size: int) -> StoreLog:
     """The round's verdicts: at most one per pod, with room for a few numbered twice (a watcher that
     found its verdict voided) and a few for the same pod (its watcher changed): a count beyond is no
@@ -206,6 +221,13 @@ class _Round:
             (missing[start : start + MEMBER_CHUNK], 0) for start in range(0, len(missing), MEMBER_CHUNK)
         ]
         self.store_host_known = own.hosts_store
+        #: the isolation rule's witnesses: the link endpoints of the few peers after this pod, read
+        #: while the store answers (a cut-off pod cannot read them then), and how many looks it took
+        self.witnesses: dict[int, LinkEndpoint] = {}
+        self.witness_looks = 0
+        #: when this pod found itself cut off from the others (its own clock), if it did
+        self.cut_off_ns: int | None = None
+        self.cut_off_reason = ""
 
 
 class PeerWatch:
@@ -452,6 +474,8 @@ class PeerWatch:
             time.sleep(min(self.interval_s / 2, max(0.0, deadline - time.monotonic())))
         if store_gone:
             pending = {rank for rank in pending if self._member(current, rank).hosts_store}
+        if pending and self._cut_off(current, pending):
+            pending = set()  # a cut-off pod names no one: the others name it
         current.lost |= pending | set(judged)
         found = {
             rank: LostPeer(
@@ -526,6 +550,7 @@ class PeerWatch:
                 self._store_host_lost(current)
             return
         current.store_silent_since = None
+        self._learn_witnesses(current)
         self._watch_successor(current, now, limit)
         self._read_verdicts(current)
 
@@ -567,6 +592,9 @@ class PeerWatch:
         ended = [self._read(current, key(rank)) for key in (_failed_key, _done_key)]
         if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
             current.watched_since = now  # it said it failed or finished: silence is expected
+            return
+        if self._cut_off(current, {rank}):
+            current.watched_since = now  # looked at again after another silence limit
             return
         verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
         if current.link_closed_at is not None:
@@ -647,10 +675,60 @@ class PeerWatch:
             for rank in hosts
             if rank != current.own.group_rank and rank not in current.verdicts
         }
+        if found and self._cut_off(current, set(found)):
+            current.store_silent_since = time.monotonic()  # looked at again after another silence limit
+            return
         if found:
             logger.error("peer watch: the rendezvous store stopped answering: its host %s is lost",
                          ", ".join(peer.worker for peer in found.values()))
         self._record_verdicts(current, found)
+
+    # --- the isolation rule -----------------------------------------------------------------------
+
+    def _learn_witnesses(self, current: _Round) -> None:
+        """Read, once per round while the store answers, where the peers after this pod listen
+        (:data:`ISOLATION_WITNESSES` of them and the successor): the witnesses this pod probes before
+        it declares anyone lost. A peer that publishes no endpoint is looked for a few beats only."""
+        wanted = [(current.own.group_rank + step) % current.world_size
+                  for step in range(1, min(current.world_size, ISOLATION_WITNESSES + 2))]
+        missing = [rank for rank in wanted if rank not in current.witnesses]
+        if not self.links or not missing or current.witness_looks >= _WITNESS_LOOKS:
+            return
+        current.witness_looks += 1
+        for rank in missing:
+            value, ok = self._read(current, _link_key(rank))
+            if not ok:
+                return
+            endpoint = LinkEndpoint.from_text(text_value(value, _link_key(rank)))
+            if endpoint is not None:
+                current.witnesses[rank] = endpoint
+
+    def _cut_off(self, current: _Round, accused: set[int]) -> bool:
+        """Whether this pod is the one cut off, by the isolation rule
+        (:func:`rootcause_core.liveness.cut_off`): the witnesses not accused are probed directly,
+        each on its own thread, within one probe's timeout."""
+        candidates = [endpoint for rank, endpoint in sorted(current.witnesses.items())
+                      if rank not in accused and rank not in current.verdicts and rank != current.own.group_rank]
+        candidates = candidates[:ISOLATION_WITNESSES]
+        reached = _probe_all(candidates)
+        if not cut_off(accused=len(accused), witnesses=len(candidates), reached=reached):
+            return False
+        names = ", ".join(self._member(current, rank).worker for rank in sorted(accused))
+        reason = (f"{names} fell silent and this pod reached {reached} of the {len(candidates)} other peers it "
+                  "probed directly: this pod is the one cut off from the network, so it declares no one lost")
+        if current.cut_off_ns is None:
+            current.cut_off_ns = time.time_ns()
+            logger.error("peer watch: %s", reason)
+        current.cut_off_reason = reason
+        return True
+
+    def cut_off_note(self) -> str | None:
+        """For the report: this pod found itself cut off from its peers (when, and what it saw)."""
+        current = self._current()
+        if current is None or current.cut_off_ns is None:
+            return None
+        return (f"This pod was cut off from its peers at {rfc3339_ns(current.cut_off_ns)}: "
+                f"{current.cut_off_reason}.")
 
     def _record_verdicts(self, current: _Round, found: dict[int, LostPeer]) -> None:
         if not found:

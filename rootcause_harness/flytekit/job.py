@@ -35,6 +35,7 @@ from flytekit.tools.translator import get_serializable
 from backend_reader.filesystems import filesystem
 from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
 from rootcause_harness.loopback import free_port
+from rootcause_harness.netns import POD_INTERFACE, PodNetwork
 from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, PrefixCopier
 from rootcause_harness.pods import (
     TERMINATION_GRACE_S,
@@ -118,6 +119,9 @@ class JobSpec:
     #: the pods still running this long after the operator decided are deleted, as Flyte deletes a
     #: finished PyTorchJob (``pods.PodWatch``); ``None``: they run to their own end
     delete_after_decision_s: float | None = None
+    #: the pods' own network (one namespace each, a bridge; ``None``: every pod on loopback). The
+    #: store must be served on its gateway address for a cut-off pod to lose it
+    network: PodNetwork | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +205,13 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         },
     )
     args[0] = str(Path(sys.executable).with_name(args[0]))  # the image's console script
-    rendezvous = f"127.0.0.1:{free_port()}"
+    names = [pod_name(spec, i) for i in range(spec.nnodes)]
+    rendezvous_host = "127.0.0.1"
+    if spec.network is not None:  # the store host is the first pod, on its own address
+        rendezvous_host = next(spec.network.add_pod(name) for name in names[:1]).address
+        for name in names[1:]:
+            spec.network.add_pod(name)
+    rendezvous = f"{rendezvous_host}:{free_port()}"
     env = base_env() | spec.store.pod_env() | {
         "FLYTE_INTERNAL_EXECUTION_ID": execution_id,
         "FLYTE_INTERNAL_EXECUTION_PROJECT": "rootcause",
@@ -216,17 +226,21 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     if spec.aggregation:
         env["FLYTE_INTERNAL_DIST_ERROR_STRATEGY"] = "earliest"
 
+    if spec.network is not None:
+        env["GLOO_SOCKET_IFNAME"] = POD_INTERFACE
+
     def start(name: str, log_path: Path) -> Pod:
         pod_env = env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(spec.fault, name, env)
-        return start_pod(args, pod_env, name, log_path)
+        pod_args = args if spec.network is None else spec.network.command(name, args)
+        return start_pod(pod_args, pod_env, name, log_path)
 
-    pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
+    pods = [start(name, sim_dir / f"{name}.log") for name in names]
     ask_for_start_preemption(sim_dir, spec.fault)
     rescheduler = None
     if spec.reschedule_lost_after_s is not None:
         rescheduler = Rescheduler(start, spec.reschedule_lost_after_s)
     operator = Operator(spec.store.prefix_copier(output_prefix), sim_dir / SNAPSHOT_DIR)
-    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s)
+    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s, spec.network)
     results, timed_out = wait_for_pods(pods, spec.timeout_s, watch, rescheduler)
     fault_file = sim_dir / FAULT_TIME_FILE
     return JobResult(

@@ -228,6 +228,9 @@ class _LatePeers:
     def lost_peers(self) -> tuple:
         return ()
 
+    def cut_off_note(self) -> None:
+        return None
+
     def members(self) -> tuple:
         return ()
 

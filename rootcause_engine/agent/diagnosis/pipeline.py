@@ -61,6 +61,8 @@ class PeerTestimony(Protocol):
 
     def lost_peers(self) -> tuple[LostPeer, ...]: ...
 
+    def cut_off_note(self) -> str | None: ...
+
     def members(self) -> tuple[Member, ...]: ...
 
     def leave(self) -> None: ...
@@ -204,6 +206,9 @@ def diagnose(
         if announced:
             failures = ranked(announced)
     lost = peers.lost_peers() if peers is not None and failures[0].role == Role.VICTIM else ()
+    cut_off = peers.cut_off_note() if peers is not None else None
+    if cut_off is not None:  # this pod named no one lost: it was the one cut off (the isolation rule)
+        notes = [*notes, cut_off]
     members = peers.members() if peers is not None else ()
     if peers is not None:
         peers.leave()

@@ -1,0 +1,75 @@
+"""A pod cut off the network is named by the healthy side, at the operator's decision and by our reader.
+
+Each pod runs in its own network namespace on a bridge (``rootcause_harness.netns``), the object
+store (moto's S3 server) on the bridge's address. At step 3 one pod loses the network as a failed
+NIC or switch port takes it: every packet dropped both ways, nothing closed, its processes running
+on, its kubelet silent, the object store out of its reach. It sees every other pod fall silent (and
+the store, when another pod hosts it); by the isolation rule (``rootcause_core.liveness.cut_off``) it
+names no one lost when it reaches fewer peers than it would accuse. The healthy side names it.
+Every pod, the rendezvous store's host included, at 2 x 2 and 3 x 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flytekit.core.base_task import PythonTask
+
+from backend_reader import RemoteFileOutputReader
+from rootcause_harness import netns
+from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.flytekit.console import console_at_decision
+from rootcause_harness.flytekit.job import JobSpec, StoreAccess, run_job
+from rootcause_harness.flytekit.training import train_2x2, train_3x1
+from rootcause_harness.operator import JobPhase
+from testbed.object_stores import moto_s3_store
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))]
+
+
+@pytest.mark.parametrize(
+    ("task", "nnodes", "nproc", "cut"),
+    [
+        (train_2x2, 2, 2, "train-worker-0"),
+        (train_2x2, 2, 2, "train-worker-1"),
+        (train_3x1, 3, 1, "train-worker-0"),
+        (train_3x1, 3, 1, "train-worker-1"),
+        (train_3x1, 3, 1, "train-worker-2"),
+    ],
+    ids=["2x2-store-host", "2x2-other", "3x1-store-host", "3x1-middle", "3x1-last"],
+)
+def test_a_cut_off_pod_is_named_by_the_healthy_side(tmp_path: Path, task: PythonTask, nnodes: int, nproc: int,
+                                                     cut: str) -> None:
+    with netns.PodNetwork() as network, moto_s3_store(host=network.gateway) as store:
+        spec = JobSpec(task=task, nnodes=nnodes, nproc_per_node=nproc,
+                       store=StoreAccess(store.new_prefix("partition"), store.storage_options, store.env),
+                       fault=Fault(FaultKind.PARTITION, pod=cut, step=3), network=network, termination_grace_s=5,
+                       delete_after_decision_s=1, timeout_s=180)
+        result = run_job(spec, work_dir=tmp_path)
+        logs = f"pod logs in {result.sim_dir}"
+        assert not result.timed_out, logs
+        view = console_at_decision(result, aggregation=True)
+        assert result.operator.phase == JobPhase.SUCCEEDED and result.operator.pod != cut, (result.operator, logs)
+        assert (view.outcome, view.worker) == ("error", cut), (view, logs)
+        assert view.message.startswith("[lost pod]"), view.message
+        read = RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_error()
+        assert read is not None and read.execution_error.worker == cut, (read, logs)
+
+
+def test_a_cut_off_store_host_that_still_reaches_the_object_store_accuses_no_one(tmp_path: Path) -> None:
+    """A partition of the pods' network alone (the object store reached another way, here a shared
+    folder): the cut-off store host could write, and sees both peers fall silent, but it reached
+    none of them directly, so it names no one lost; its peers name it."""
+    with netns.PodNetwork() as network:
+        spec = JobSpec(task=train_3x1, nnodes=3, nproc_per_node=1, store=StoreAccess(str(tmp_path / "store")),
+                       fault=Fault(FaultKind.PARTITION, pod="train-worker-0", step=3), network=network,
+                       termination_grace_s=5, delete_after_decision_s=1, timeout_s=180)
+        result = run_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    view = console_at_decision(result, aggregation=True)
+    assert (view.outcome, view.worker) == ("error", "train-worker-0"), (view, logs)
+    cut_log = (result.sim_dir / "train-worker-0.log").read_text()
+    assert "this pod is the one cut off from the network, so it declares no one lost" in cut_log, logs
+    accusations = [path.name for path in (tmp_path / "store").rglob("error-train-worker-[12]-*.rc1l*.pb")]
+    assert accusations == [], (accusations, logs)
