@@ -7,7 +7,7 @@ collective timeout, ``DistNetworkError``, a closed rendezvous, a process group t
 because a peer never came: ``store_waits``). Everything else is a *candidate*.
 
 The same classifier serves the agent (exception types and signals at hand) and the backend reader
-(only the message text of an error document), so it is pure and lives in ``backend_reader``.
+(only the message text of an error document), so it is pure and lives in the shared core.
 Messages written by this plugin start with a role marker (:func:`role_marker`), which wins over the
 text patterns because the agent that wrote it knew more than the text shows.
 """

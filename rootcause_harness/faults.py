@@ -50,6 +50,9 @@ class FaultKind(enum.StrEnum):
     VANISH = "vanish"  # the whole pod dies at once: agent and every worker, SIGKILL (a lost node)
     INIT_HANG = "init-hang"  # the worker hangs before init_process_group: its peers wait for it there
     FREEZE = "freeze"  # every process of the pod stopped at once (SIGSTOP): sockets open, nothing answers
+    #: one worker stopped (SIGSTOP) while its agent and pod live on: what a worker stuck in an
+    #: uninterruptible driver or NFS call looks like to its peers
+    FREEZE_WORKER = "freeze-worker"
     #: the pod's kubelet SIGTERMs its main process (a spot reclaim, a drain, an eviction), SIGKILL after the grace
     PREEMPT = "preempt"
     #: the worker blocks in a receive from the next rank, which never sends (it waits in the step's
@@ -332,6 +335,8 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             return  # the worker goes on: the network goes, not the process
         if fault.kind == FaultKind.FREEZE:
             freeze_pod(pod)
+        if fault.kind == FaultKind.FREEZE_WORKER:
+            os.kill(os.getpid(), signal.SIGSTOP)
         if fault.kind in (FaultKind.HANG, FaultKind.INIT_HANG):
             while True:
                 time.sleep(3600)

@@ -41,6 +41,35 @@ class Usage:
     io_bytes: int
     state: str
     processes: int = 1
+    #: the kernel function a stopped (``T``) or uninterruptible (``D``) process waits in
+    #: (``/proc/<pid>/wchan``: a driver or filesystem call names itself there); empty otherwise
+    wait_channel: str = ""
+
+    def describe_state(self) -> str:
+        """The process's state in words, with its kernel wait where it says something."""
+        words = _STATE_WORDS.get(self.state, self.state)
+        return f"{words} in {self.wait_channel}" if self.wait_channel else words
+
+
+#: What the state letters of ``/proc/<pid>/stat`` mean for a hung rank.
+_STATE_WORDS = {
+    "R": "R (running)",
+    "S": "S (sleeping)",
+    "D": "D (uninterruptible: blocked in the kernel, as in a driver or network-filesystem call)",
+    "T": "T (stopped by a signal: SIGSTOP, a debugger, or a frozen container)",
+    "t": "t (stopped by a debugger)",
+    "Z": "Z (ended, not reaped)",
+}
+
+
+def _wait_channel(pid: int) -> str:
+    """``/proc/<pid>/wchan``: the kernel function the process sleeps in ("0" or unreadable: nothing)."""
+    try:
+        with open(f"/proc/{pid}/wchan", encoding="ascii", errors="replace") as handle:
+            text = handle.read(128).strip()
+    except OSError:
+        return ""
+    return "" if text in ("", "0") or not text.replace("_", "").isalnum() else text
 
 
 def _stat(pid: int) -> tuple[str, float] | None:
@@ -113,4 +142,5 @@ def process_tree_usage(pid: int) -> Usage | None:
         cpu_s += stat[1]
         io_bytes += _io_bytes(child)
         pending.extend(_children(child))
-    return Usage(time.monotonic(), time.time_ns(), cpu_s, io_bytes, state, len(seen))
+    wait_channel = _wait_channel(pid) if state in ("D", "T", "t") else ""
+    return Usage(time.monotonic(), time.time_ns(), cpu_s, io_bytes, state, len(seen), wait_channel)

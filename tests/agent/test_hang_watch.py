@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -115,6 +116,24 @@ def _looks(watch: HangWatch, seconds: float) -> dict[int, Any]:
         watch.look()
         time.sleep(0.2)
     return watch.found()
+
+
+def test_a_stopped_process_is_described_with_its_state_and_kernel_wait() -> None:
+    """A worker frozen by SIGSTOP (or stuck in a driver call: ``D``) looks like any still rank from
+    outside; its state says why, in words the report can carry."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        os.kill(process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 60
+        usage = process_tree_usage(process.pid)
+        while usage is not None and usage.state != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            usage = process_tree_usage(process.pid)
+        assert usage is not None and usage.state == "T"
+        assert usage.describe_state().startswith("T (stopped by a signal: SIGSTOP, a debugger, or a frozen container)")
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_still_rank_behind_a_peer_pod_s_wait_is_named_and_a_computing_one_is_not(

@@ -121,9 +121,20 @@ def test_a_rank_behind_the_collective_its_peers_wait_in_and_still_is_hung() -> N
     assert [wait.rank for wait in found.waits] == [0, 1]  # the longest wait first
     assert found.last_progress_ns == usage(39).taken_ns
     message = found.message()
-    assert message.startswith("hung: it made no progress for 61 s (no CPU time, no I/O; process state S) while its "
+    assert message.startswith("hung: it made no progress for 61 s (no CPU time, no I/O; process state S (sleeping)) "
+                              "while its "
                               "peers waited for it for 62 s in all_reduce #5 of process group 0 (rank 0 on pod-0 since")
     assert "and 1 more" in message and "its last there was collective #4 of process group 0" in message
+
+
+def test_a_rank_stopped_before_its_beacon_saw_the_default_group_is_hung() -> None:
+    """A worker stopped (SIGSTOP) a moment after the group formed left a beacon with no status there:
+    it entered none of the default group's collectives, of which every rank is a member; another
+    group's wait may not concern it."""
+    stopped = beacon()
+    found = verdict(3, stopped, still_for(61), collective_wait(0, 5, 62))
+    assert found is not None and found.last is None and "it entered none there" in found.message()
+    assert verdict(3, stopped, still_for(61), collective_wait(0, 5, 62, pg="1")) is None
 
 
 @pytest.mark.parametrize(

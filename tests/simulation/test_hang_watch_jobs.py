@@ -54,21 +54,25 @@ def _assert_hung_rank_named(view: ConsoleView, result: object, logs: str) -> Non
     assert first.startswith(f"[root cause] rank {result.injected_rank} ") and "hung: it made no progress" in first, (
         view.message)
     assert "before any collective timed out" in first, view.message
-    assert "in maybe_inject" in view.message or "in receive_from_next_rank" in view.message, view.message  # stacks
+    if "stopped by a signal" not in first:  # a stopped worker cannot answer the probe for its stacks
+        assert "in maybe_inject" in view.message or "in receive_from_next_rank" in view.message, view.message
     elapsed = to_seconds(max(pod.exited_ns for pod in result.pods) - result.fault_ns)
     assert elapsed < WITHIN_S, f"every pod exited {elapsed:.0f} s after the hang; {logs}"
 
 
 @pytest.mark.parametrize(
     ("kind", "waited_in"),
-    [(FaultKind.HANG, "all_reduce #"), (FaultKind.RECV_HANG, "all_reduce #")],
-    ids=["asleep-in-user-code", "blocked-in-a-receive"],
+    [(FaultKind.HANG, "all_reduce #"), (FaultKind.RECV_HANG, "all_reduce #"),
+     (FaultKind.FREEZE_WORKER, "process state T (stopped by a signal")],
+    ids=["asleep-in-user-code", "blocked-in-a-receive", "frozen-worker"],
 )
 def test_a_hung_rank_is_named_within_150_s_with_a_30_minute_collective_timeout(
     kind: FaultKind, waited_in: str, tmp_path: Path
 ) -> None:
-    """Rank 1 of pod 1 sleeps in user code, or blocks in a receive from the next rank (which waits in
-    the step's all-reduce for it), at step 3; every collective's timeout is 30 minutes."""
+    """Rank 1 of pod 1 sleeps in user code, blocks in a receive from the next rank (which waits in the
+    step's all-reduce for it), or is stopped (SIGSTOP: its agent and pod live on) at step 3; every
+    collective's timeout is 30 minutes. The report names the rank and what it saw (a stopped
+    process's state: it answers no probe)."""
     result = _flytekit_job(tmp_path, Fault(kind, pod="train-worker-1", local_rank=1))
     logs = f"pod logs in {result.sim_dir}"
     view = console_at_decision(result, aggregation=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import order_failures
+from rootcause_core.store_waits import DEFAULT_GROUP
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict
@@ -247,7 +248,12 @@ def _holds_up(wait: PeerWait, rank: int, beacon: BeaconReading) -> bool:
     if position.is_point_to_point:
         return rank in position.awaited
     group = beacon.group(position.pg)
-    return group is not None and group.entered < position.seq
+    if group is None:
+        # no status there in its last beacon: every rank is a member of the default group, so it has
+        # entered none of that group's collectives since (a rank stopped before its beacon's first
+        # beat after the group formed); another group may not include it
+        return position.pg == DEFAULT_GROUP and position.seq > 0
+    return group.entered < position.seq
 
 
 def stalled_rank_verdict(
@@ -290,7 +296,7 @@ def stalled_rank_verdict(
         waits=tuple(held),
         still_s=track.still_s,
         waited_s=held[0].waited_s(now_ns),
-        state=track.latest.state,
+        state=track.latest.describe_state(),
         waits_for=waits_for,
     )
 
