@@ -25,7 +25,7 @@ _EXPORTS = {
     "ElasticRootCauseFunctionTask": "flytekitplugins_rootcause.task",
     "WorkerFailure": "rootcause_engine.agent.diagnosis.failures",
     "StragglerCheck": "rootcause_engine.straggler.settings",
-    "StragglerDetectedError": "flytekitplugins_rootcause.straggler.errors",
+    "StragglerDetectedError": "flytekitplugins_rootcause.straggler.exceptions",
     "StragglerPrecheck": "flytekitplugins_rootcause.straggler.task",
     "StragglerReport": "rootcause_engine.straggler.report",
 }
@@ -45,7 +45,7 @@ __all__ = [
 if TYPE_CHECKING:
     from flytekitplugins_rootcause.config import ElasticRootCause
     from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
-    from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
+    from flytekitplugins_rootcause.straggler.exceptions import StragglerDetectedError
     from flytekitplugins_rootcause.straggler.task import StragglerPrecheck
     from flytekitplugins_rootcause.task import ElasticRootCauseFunctionTask
     from rootcause_engine.agent.diagnosis.failures import WorkerFailure

@@ -40,9 +40,9 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.deck import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.exceptions import root_cause_error
 from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
+from flytekitplugins_rootcause.report import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis

@@ -3,7 +3,7 @@
 Pure: takes failures already in root-cause order (the first one is the root cause) and returns
 one entry per failure with its offset from the earliest timed failure, so a person sees at once
 who failed first and how the others followed. Text bars for terminals live here too; the HTML/SVG
-rendering is the flytekit side's (``flytekitplugins_rootcause.deck``).
+rendering is the flytekit side's (``flytekitplugins_rootcause.report``).
 """
 
 from __future__ import annotations

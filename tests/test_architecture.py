@@ -128,7 +128,7 @@ RULES = [
     # the straggler check runs in the workers and its task type in the pod; it may use the engine
     # (the rendezvous host, the store keepers), not the root-cause task, its entrypoint or its Deck
     ("flytekitplugins_rootcause.straggler",
-     ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck",
+     ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.report",
       "flytekitplugins_rootcause.exceptions"), ()),
 ]
 
@@ -191,7 +191,7 @@ def test_every_module_is_in_a_room_the_rules_know() -> None:
 def test_nothing_imports_the_front_end_s_top_level_or_the_demo_back() -> None:
     """The task, its exceptions and its Deck are the front-end's last step; the demo is local-run
     code. Only the front-end's own top level and its simulator may import them."""
-    tops = ("flytekitplugins_rootcause.task", "flytekitplugins_rootcause.deck", "rootcause_harness.flytekit.demo")
+    tops = ("flytekitplugins_rootcause.task", "flytekitplugins_rootcause.report", "rootcause_harness.flytekit.demo")
     broken = sorted(
         f"{name} -> {target}"
         for name in GRAPH

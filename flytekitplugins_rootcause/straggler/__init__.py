@@ -26,7 +26,7 @@ _LOCATIONS = {
     "StragglerCheck": "rootcause_engine.straggler.settings",
     "StragglerCheckError": "rootcause_engine.straggler.settings",
     "StragglerConfigError": "rootcause_engine.straggler.settings",
-    "StragglerDetectedError": f"{__name__}.errors",
+    "StragglerDetectedError": f"{__name__}.exceptions",
     "StragglerPrecheck": f"{__name__}.task",
     "StragglerPrecheckFunctionTask": f"{__name__}.task",
     "StragglerReport": "rootcause_engine.straggler.report",

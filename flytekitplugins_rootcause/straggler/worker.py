@@ -19,12 +19,12 @@ class FlytekitStragglerFrontEnd:
     """Rank 0 adds the Deck; ``action='fail'`` raises ``StragglerDetectedError`` (not recoverable)."""
 
     def publish(self, report: StragglerReport) -> None:
-        from flytekitplugins_rootcause.straggler.deck import publish_deck
+        from flytekitplugins_rootcause.straggler.report import publish_deck
 
         publish_deck(report)
 
     def detected_error(self, report: StragglerReport, reason: str) -> BaseException:
-        from flytekitplugins_rootcause.straggler.errors import StragglerDetectedError
+        from flytekitplugins_rootcause.straggler.exceptions import StragglerDetectedError
 
         return StragglerDetectedError(report, reason)
 

@@ -17,7 +17,7 @@ exact type), so the config is only ever reachable with its task type registered.
 from __future__ import annotations
 
 from flyteplugins.rootcause.config import ElasticRootCause
-from flyteplugins.rootcause.errors import (
+from flyteplugins.rootcause.exceptions import (
     AgentHungError,
     ElasticRootCauseError,
     ElasticRootCauseRecoverableError,

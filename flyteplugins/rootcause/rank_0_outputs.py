@@ -16,7 +16,7 @@ import dataclasses
 
 from flyte import storage
 
-from flyteplugins.rootcause.errors import Rank0OutputsMissingError
+from flyteplugins.rootcause.exceptions import Rank0OutputsMissingError
 from rootcause_core.error_files import ERROR_FILE_NAME
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME, missing_outputs, wait_for_rank_0_outputs

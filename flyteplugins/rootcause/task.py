@@ -46,7 +46,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from flyteplugins.rootcause.config import ElasticRootCause
-from flyteplugins.rootcause.errors import AgentHungError, root_cause_error
+from flyteplugins.rootcause.exceptions import AgentHungError, root_cause_error
 from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
 from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook

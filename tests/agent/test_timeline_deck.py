@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from html.parser import HTMLParser
 
-from flytekitplugins_rootcause.deck import timeline_html
+from flytekitplugins_rootcause.report import timeline_html
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.timeline import ROOT_CAUSE, build_timeline, span_s, text_bar
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure

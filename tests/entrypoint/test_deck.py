@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from flytekitplugins_rootcause.deck import DECK_NAME
+from flytekitplugins_rootcause.report import DECK_NAME
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import list_names, new_prefixes, read_bytes, run_task
 

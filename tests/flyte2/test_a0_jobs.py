@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from flyteidl2.core import execution_pb2
 
-from flyteplugins.rootcause.errors import ERROR_CODE
+from flyteplugins.rootcause.exceptions import ERROR_CODE
 from rootcause_harness.faults import Fault, FaultKind
 from rootcause_harness.flyte2 import training
 from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from flyteidl2.core import execution_pb2
 
-from flyteplugins.rootcause.errors import (
+from flyteplugins.rootcause.exceptions import (
     ERROR_CODE,
     ElasticRootCauseError,
     ElasticRootCauseRecoverableError,

@@ -15,7 +15,7 @@ import pytest
 from flyteidl2.core import execution_pb2
 
 from flyteplugins.rootcause import task
-from flyteplugins.rootcause.errors import root_cause_error
+from flyteplugins.rootcause.exceptions import root_cause_error
 from flyteplugins.rootcause.upstream import upload_error_document
 from rootcause_core.store_retry import GaveUp, deadline_inside
 from rootcause_engine.agent.diagnosis.agreed import PodWord, agreed_report

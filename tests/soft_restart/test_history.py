@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flytekitplugins_rootcause.deck import restarts_html
+from flytekitplugins_rootcause.report import restarts_html
 from rootcause_engine.agent.soft_restart_agent import SoftRestartSession, history_note, history_rows
 from rootcause_engine.agent.soft_world import Change
 from rootcause_engine.agent.worker_channel import WorkerChannel
