@@ -1,16 +1,13 @@
-"""Run a Flyte 2 task as an N-pod PyTorchJob on this machine, each pod the real ``a0`` entrypoint.
+"""Run a Flyte 2 task as an N-pod PyTorchJob on this machine, each pod the real ``a0``: the Flyte 2 layout.
 
-What the backend and the training operator do for a real action, done here with plain processes:
+What the backend does for a real action, done here; the pods themselves are run by the shared
+:func:`rootcause_harness.job.run_pods` (the training operator's part):
 
 - the container args are the task's own (``TaskTemplate.container_args``, what ``flyte deploy``
   registers), with the backend's templates (``{{.input}}``, ``{{.outputPrefix}}``, run and action
   name...) filled in; the inputs file is flyteidl2's ``Inputs``;
-- every pod gets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_RDZV_ENDPOINT`` (one c10d rendezvous
-  on 127.0.0.1), the same run and action, and its own pod name in ``FLYTE_INTERNAL_WORKER_NAME``;
-- every pod writes to the same output prefix, like the pods of one action: ``error.pb`` is the last
-  writer's.
-
-Each pod runs in its own session, so a timeout kills it with all its workers.
+- every pod gets the same run and action and writes to the same output prefix, like the pods of one
+  action: ``error.pb`` is the last writer's.
 """
 
 from __future__ import annotations
@@ -30,20 +27,11 @@ from flyteidl2.core import execution_pb2
 from flyteidl2.task import common_pb2
 from google.protobuf.message import DecodeError
 
-from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
-from rootcause_harness.loopback import free_port
-from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, copy_local_prefix
+from rootcause_harness.job import JobShape, run_pods
+from rootcause_harness.operator import Operator, OperatorDecision, copy_local_prefix
 from rootcause_harness.pods import (
-    TERMINATION_GRACE_S,
     FaultGroundTruth,
-    Pod,
     PodResult,
-    PodWatch,
-    base_env,
-    clock_env,
-    read_placement,
-    start_pod,
-    wait_for_pods,
 )
 
 #: The org, project and domain the simulated action runs in (``a0`` requires them).
@@ -54,23 +42,15 @@ ACTION = "a0"
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSpec(JobShape):
+    """A Flyte 2 task's job: the task and the local folder used as its bucket."""
+
     task: TaskTemplate
-    nnodes: int
-    nproc_per_node: int
     #: a local folder used as the bucket
     root: Path
-    fault: Fault | None = None
-    timeout_s: float = 240.0
-    pod_name_prefix: str = "train-worker"
     #: the task's inputs by name (the others take their defaults), as ``flyte run`` passes them
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
-    termination_grace_s: float = TERMINATION_GRACE_S
-    #: the pods still running this long after the operator decided are deleted, as Flyte deletes a
-    #: finished PyTorchJob (``pods.PodWatch``); ``None``: they run to their own end
-    delete_after_decision_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +114,6 @@ def inputs_of(spec: JobSpec) -> common_pb2.Inputs:
     return converted.proto_inputs
 
 
-def pod_name(spec: JobSpec, index: int) -> str:
-    return f"{spec.pod_name_prefix}-{index}"
-
-
 def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
     """Start the pods, wait for all of them (or the timeout), and collect what happened."""
     run_name = f"sim{uuid.uuid4().hex[:10]}"
@@ -162,37 +138,21 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         },
     )
     args[0] = str(Path(sys.executable).with_name(args[0]))  # the image's console script
-    env = base_env() | {
+    env = {
         "_U_ORG_NAME": ORG,
         "FLYTE_INTERNAL_EXECUTION_PROJECT": PROJECT,
         "FLYTE_INTERNAL_EXECUTION_DOMAIN": DOMAIN,
         "_U_RUN_BASE": str(base),
-        "PET_NNODES": str(spec.nnodes),
-        "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
-        "PET_RDZV_ENDPOINT": f"127.0.0.1:{free_port()}",
-        SIM_DIR_VARIABLE: str(sim_dir),
     }
-    if spec.fault is not None:
-        env[FAULT_VARIABLE] = spec.fault.to_env()
-
-    def start(name: str, log_path: Path) -> Pod:
-        pod_env = env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(spec.fault, name, env)
-        return start_pod(args, pod_env, name, log_path)
-
-    pods = [start(name, sim_dir / f"{name}.log") for name in (pod_name(spec, i) for i in range(spec.nnodes))]
-    ask_for_start_preemption(sim_dir, spec.fault)
-    operator = Operator(copy_local_prefix(output_prefix), sim_dir / SNAPSHOT_DIR)
-    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s)
-    results, timed_out = wait_for_pods(pods, spec.timeout_s, watch)
-    fault_file = sim_dir / FAULT_TIME_FILE
+    run = run_pods(spec, args=args, env=env, sim_dir=sim_dir, copy_prefix=copy_local_prefix(output_prefix))
     return JobResult(
         spec=spec,
         run_name=run_name,
         output_prefix=output_prefix,
         sim_dir=sim_dir,
-        pods=results,
-        fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
-        placement=read_placement(sim_dir),
-        timed_out=timed_out,
-        operator=operator.decision,
+        pods=run.pods,
+        fault_ns=run.fault_ns,
+        placement=run.placement,
+        timed_out=run.timed_out,
+        operator=run.operator,
     )

@@ -1,17 +1,15 @@
-"""Run a serialized Flyte task as an N-pod PyTorchJob on this machine.
+"""Run a serialized Flyte task as an N-pod PyTorchJob on this machine: the flytekit flavour's layout.
 
-What the training operator and propeller do for a real job, done here with plain processes:
+What propeller does for a real job, done here; the pods themselves are run by the shared
+:func:`rootcause_harness.job.run_pods` (the training operator's part):
 
 - the container args come from flytekit's serialization of the task (so the test exercises the
   command a cluster would run, patched entrypoint included), with propeller's templates filled in;
-- every pod gets ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_RDZV_ENDPOINT`` (one c10d rendezvous
-  on 127.0.0.1), the same execution id and its own pod name in ``FLYTE_INTERNAL_WORKER_NAME``;
-- every pod writes to the same output prefix, like the pods of one task attempt;
+- the inputs are a serialized ``LiteralMap`` in the job's store (a local folder or an object store);
+- every pod gets the same execution id and writes to the same output prefix, like the pods of one
+  task attempt;
 - with ``aggregation=True`` pods also get ``FLYTE_INTERNAL_DIST_ERROR_STRATEGY``, as propeller sets
   it when ``enable-distributed-error-aggregation`` is on.
-
-Each pod runs in its own process group so that a timeout kills it and all its workers: no test or
-demo leaves a process behind.
 """
 
 from __future__ import annotations
@@ -33,22 +31,11 @@ from flytekit.models.task import TaskTemplate
 from flytekit.tools.translator import get_serializable
 
 from backend_reader.filesystems import filesystem
-from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
-from rootcause_harness.loopback import free_port
-from rootcause_harness.netns import POD_INTERFACE, PodNetwork
-from rootcause_harness.operator import SNAPSHOT_DIR, Operator, OperatorDecision, PrefixCopier
+from rootcause_harness.job import JobShape, run_pods
+from rootcause_harness.operator import Operator, OperatorDecision, PrefixCopier
 from rootcause_harness.pods import (
-    TERMINATION_GRACE_S,
     FaultGroundTruth,
-    Pod,
     PodResult,
-    PodWatch,
-    Rescheduler,
-    base_env,
-    clock_env,
-    read_placement,
-    start_pod,
-    wait_for_pods,
 )
 
 
@@ -100,28 +87,15 @@ class StoreAccess:
         return env
 
 
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSpec(JobShape):
+    """A flytekit task's job: the task, the store its prefixes live in, and propeller's settings."""
+
     task: PythonTask
-    nnodes: int
-    nproc_per_node: int
     store: StoreAccess
-    fault: Fault | None = None
+    #: propeller's ``enable-distributed-error-aggregation`` (``FLYTE_INTERNAL_DIST_ERROR_STRATEGY``)
     aggregation: bool = False
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    timeout_s: float = 240.0
-    pod_name_prefix: str = "train-worker"
-    #: a pod killed by a signal (its node lost) is created again under its name after this many
-    #: seconds, as the training operator recreates a failed pod of a PyTorchJob; ``None``: never
-    reschedule_lost_after_s: float | None = None
-    #: SIGTERM to SIGKILL for a preempted pod (Kubernetes' default ``terminationGracePeriodSeconds``)
-    termination_grace_s: float = TERMINATION_GRACE_S
-    #: the pods still running this long after the operator decided are deleted, as Flyte deletes a
-    #: finished PyTorchJob (``pods.PodWatch``); ``None``: they run to their own end
-    delete_after_decision_s: float | None = None
-    #: the pods' own network (one namespace each, a bridge; ``None``: every pod on loopback). The
-    #: store must be served on its gateway address for a cut-off pod to lose it
-    network: PodNetwork | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +152,8 @@ def write_inputs(task: PythonTask, inputs: dict[str, Any], store: StoreAccess, p
     fs.pipe_file(path, literal_map.to_flyte_idl().SerializeToString())
 
 
-def pod_name(spec: JobSpec, index: int) -> str:
-    return f"{spec.pod_name_prefix}-{index}"
+def pod_name(spec: JobShape, index: int) -> str:
+    return spec.pod_names()[index]
 
 
 def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
@@ -205,56 +179,26 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         },
     )
     args[0] = str(Path(sys.executable).with_name(args[0]))  # the image's console script
-    names = [pod_name(spec, i) for i in range(spec.nnodes)]
-    rendezvous_host = "127.0.0.1"
-    if spec.network is not None:  # the store host is the first pod, on its own address
-        rendezvous_host = next(spec.network.add_pod(name) for name in names[:1]).address
-        for name in names[1:]:
-            spec.network.add_pod(name)
-    rendezvous = f"{rendezvous_host}:{free_port()}"
-    env = base_env() | spec.store.pod_env() | {
+    env = spec.store.pod_env() | {
         "FLYTE_INTERNAL_EXECUTION_ID": execution_id,
         "FLYTE_INTERNAL_EXECUTION_PROJECT": "rootcause",
         "FLYTE_INTERNAL_EXECUTION_DOMAIN": "development",
-        "PET_NNODES": str(spec.nnodes),
-        "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
-        "PET_RDZV_ENDPOINT": rendezvous,
-        SIM_DIR_VARIABLE: str(sim_dir),
     }
-    if spec.fault is not None:
-        env[FAULT_VARIABLE] = spec.fault.to_env()
     if spec.aggregation:
         env["FLYTE_INTERNAL_DIST_ERROR_STRATEGY"] = "earliest"
-
-    if spec.network is not None:
-        env["GLOO_SOCKET_IFNAME"] = POD_INTERFACE
-
-    def start(name: str, log_path: Path) -> Pod:
-        pod_env = env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(spec.fault, name, env)
-        pod_args = args if spec.network is None else spec.network.command(name, args)
-        return start_pod(pod_args, pod_env, name, log_path)
-
-    pods = [start(name, sim_dir / f"{name}.log") for name in names]
-    ask_for_start_preemption(sim_dir, spec.fault)
-    rescheduler = None
-    if spec.reschedule_lost_after_s is not None:
-        rescheduler = Rescheduler(start, spec.reschedule_lost_after_s)
-    operator = Operator(spec.store.prefix_copier(output_prefix), sim_dir / SNAPSHOT_DIR)
-    watch = PodWatch(sim_dir, operator, spec.termination_grace_s, spec.delete_after_decision_s, spec.network)
-    results, timed_out = wait_for_pods(pods, spec.timeout_s, watch, rescheduler)
-    fault_file = sim_dir / FAULT_TIME_FILE
+    run = run_pods(spec, args=args, env=env, sim_dir=sim_dir, copy_prefix=spec.store.prefix_copier(output_prefix))
     return JobResult(
         spec=spec,
         execution_id=execution_id,
         output_prefix=output_prefix,
         raw_output_prefix=raw_prefix,
         sim_dir=sim_dir,
-        pods=results,
-        fault_ns=int(fault_file.read_text()) if fault_file.exists() else None,
-        placement=read_placement(sim_dir),
-        timed_out=timed_out,
-        replaced=[] if rescheduler is None else rescheduler.replaced,
-        operator=operator.decision,
+        pods=run.pods,
+        fault_ns=run.fault_ns,
+        placement=run.placement,
+        timed_out=run.timed_out,
+        replaced=run.replaced,
+        operator=run.operator,
     )
 
 
