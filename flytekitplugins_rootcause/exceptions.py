@@ -35,6 +35,9 @@ class RootCauseDetails:
     diagnosis: Diagnosis | None = None
     members: tuple[Member, ...] = ()
     lost_peers: tuple[LostPeer, ...] = ()
+    #: the pod the failing pods agreed holds the job's root cause, when it is another pod than this
+    #: one (``agent.agreement``): this pod's document then leaves the console's answer to that pod's
+    agreed_worker: str | None = None
 
     @property
     def root_cause(self) -> WorkerFailure:

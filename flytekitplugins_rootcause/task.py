@@ -40,11 +40,13 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.config import ElasticRootCause
-from flytekitplugins_rootcause.exceptions import root_cause_error
+from flytekitplugins_rootcause.exceptions import RootCauseDetails, root_cause_error
 from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
 from flytekitplugins_rootcause.report import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.agreement import job_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.launch_session import LaunchSession, LaunchSettings
 from rootcause_engine.worker.process_settings import (
@@ -109,14 +111,14 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 diagnosis = launch.workers_failed(child_failed)
                 if diagnosis is None:
                     raise
-                raise _raised(diagnosis) from None
+                raise self._raised(diagnosis, launch) from None
             except (RendezvousError, DistError) as exc:
                 # torch's agent lost the rendezvous store (its host pod is gone) before it saw its
                 # workers fail: diagnose the attempt all the same, if one was started
                 diagnosis = launch.store_lost(exc)
                 if diagnosis is None:
                     raise
-                raise _raised(diagnosis) from None
+                raise self._raised(diagnosis, launch) from None
             except (IgnoreOutputs, SignalException):
                 # IgnoreOutputs is kfpytorch's answer to torch's SignalException: a pod stopped by its
                 # kubelet would exit 0 with nothing written, and the job would be Succeeded with no
@@ -124,7 +126,17 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 diagnosis = launch.preempted()
                 if diagnosis is None:
                     raise  # a pod without rank 0 whose launch succeeded: rank 0's pod writes the outputs
-                raise _raised(diagnosis) from None
+                raise self._raised(diagnosis, launch) from None
+
+    def _raised(self, diagnosis: Diagnosis, launch: LaunchSession) -> Exception:
+        """The exception for this pod's ``diagnosis``, with the pod the failing pods agreed on
+        (``agent.agreement``, as Flyte 2 uses it): when the job's root cause is another pod's earlier,
+        independent failure, this pod's document leaves the console's answer to that pod's, as a
+        victim's does (``entrypoint.root_cause_wait``)."""
+        agreed = job_report(diagnosis, launch.peers, worker=current_worker_name(),
+                            timeout_s=self.task_config.agreement_timeout_s, retry_rule=launch.settings.retry_rule)
+        elsewhere = agreed.worker if agreed is not None and agreed.worker != current_worker_name() else None
+        return _raised(diagnosis, elsewhere)
 
     def _launch_settings(self) -> LaunchSettings:
         """The engine's view of this task's config."""
@@ -138,9 +150,12 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         )
 
 
-def _raised(diagnosis: Diagnosis) -> Exception:
-    """The task's exception for ``diagnosis``, after its Deck is published and its report logged."""
+def _raised(diagnosis: Diagnosis, agreed_worker: str | None = None) -> Exception:
+    """The task's exception for ``diagnosis``, after its Deck is published and its report logged;
+    ``agreed_worker``: the pod the failing pods agreed holds the job's root cause, if another one."""
     error = root_cause_error(diagnosis)
+    if isinstance(error, RootCauseDetails) and agreed_worker is not None:
+        error.agreed_worker = agreed_worker
     publish_timeline_deck(diagnosis)
     logger.error("Root cause of the elastic launch failure:\n%s", diagnosis.report)
     return error

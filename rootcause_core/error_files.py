@@ -90,6 +90,15 @@ def per_worker_stem(worker: str, token: str) -> str:
     return f"{ERROR_FILE_STEM}-{sanitize_worker_name(worker)}-{token}"
 
 
+def is_file_of(name: str, worker: str) -> bool:
+    """``name`` is a per-worker file written for ``worker`` (its own, or one written for it as a lost pod)."""
+    stem = f"{ERROR_FILE_STEM}-{sanitize_worker_name(worker)}-"
+    if not name.startswith(stem) or not name.endswith(".pb"):
+        return False
+    token = name[len(stem) :].split(".", 1)[0]
+    return bool(token) and token.isalnum()
+
+
 @dataclasses.dataclass(frozen=True)
 class ListingKey:
     """What a file's name says about its failure: the inputs of the rule's first two steps."""

@@ -67,8 +67,8 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
 )
 from flytekitplugins_rootcause.entrypoint.root_cause_wait import (
     await_root_cause_document,
+    leaves_the_answer_to_another_pod,
     list_names,
-    only_a_victim_named,
     root_cause_wait_s,
 )
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
@@ -180,7 +180,7 @@ class _ErrorFileRouter:
 
     def _write(self, prefix: str, document: bytes, plan: ErrorDocumentPlan | None, *,
                deadline_s: float | None = None) -> None:
-        if self.root_cause_wait_s is not None and only_a_victim_named(plan):
+        if self.root_cause_wait_s is not None and leaves_the_answer_to_another_pod(plan):
             wait_s = self.root_cause_wait_s if deadline_s is None else min(self.root_cause_wait_s, deadline_s / 2)
             _victim_writes(self, prefix, document, plan, wait_s, deadline_s=deadline_s)
             return
@@ -190,7 +190,8 @@ class _ErrorFileRouter:
 
 def _victim_writes(router: _ErrorFileRouter, prefix: str, document: bytes, plan: ErrorDocumentPlan | None,
                    wait_s: float, *, deadline_s: float | None = None) -> None:
-    """Write a document that names only victims so that it never decides what the console shows.
+    """Write a document that names only victims (or a failure the pods agreed came after another
+    pod's) so that it never decides what the console shows.
 
     The console reads what the prefix holds when the first pod exits, with the earliest timestamp
     (aggregation) or ``error.pb`` alone: this pod's own file is written at once, but ``error.pb`` is
@@ -204,9 +205,9 @@ def _victim_writes(router: _ErrorFileRouter, prefix: str, document: bytes, plan:
         _log_outcome(write_error_documents(prefix, document, router.worker, plan, own, router.filesystems,
                                            deadline_s=deadline_s))
     names = lambda: list_names(prefix, router.filesystems)  # noqa: E731
-    if not await_root_cause_document(names, bound_s=wait_s, with_error_pb=policy.error_pb_if_absent) and (
-        policy.error_pb_if_absent
-    ):
+    awaited = plan.defers_to if plan is not None else None
+    if not await_root_cause_document(names, bound_s=wait_s, with_error_pb=policy.error_pb_if_absent,
+                                     from_worker=awaited) and policy.error_pb_if_absent:
         shared_only = ErrorFilePolicy(per_worker_files=False, error_pb_if_absent=True)
         _log_outcome(write_error_documents(prefix, document, router.worker, plan, shared_only, router.filesystems,
                                            deadline_s=deadline_s))

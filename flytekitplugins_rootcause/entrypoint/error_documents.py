@@ -57,7 +57,7 @@ from rootcause_core.testimony import (
     with_testimony,
 )
 from rootcause_core.timestamps import to_protobuf
-from rootcause_core.worker_names import display_worker_name
+from rootcause_core.worker_names import display_worker_name, sanitize_worker_name
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -126,6 +126,9 @@ class ErrorDocumentPlan:
     timestamp: Timestamp = dataclasses.field(hash=False)  # a protobuf message: compared, never hashed
     testimony: PodTestimony | None = None
     lost_peer_documents: tuple[LostPeerDocument, ...] = ()
+    #: the pod whose document should decide what the console shows, when the failing pods agreed it is
+    #: another pod than this one (an earlier, independent failure there): this pod waits for it
+    defers_to: str | None = None
     listing_key: ListingKey | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -187,7 +190,16 @@ def plan_root_cause(
         timestamp=fallback_timestamp() if stamped is None else to_protobuf(stamped),
         testimony=said,
         lost_peer_documents=lost_peer_documents(error.lost_peers, error.members, noticed_ns=noticed, reporter=worker),
+        defers_to=_agreed_elsewhere(error, worker),
     )
+
+
+def _agreed_elsewhere(error: RootCauseDetails, worker: str) -> str | None:
+    """The pod the failing pods agreed holds the job's root cause, if it is not this one (``worker``)."""
+    agreed = getattr(error, "agreed_worker", None)
+    if not isinstance(agreed, str) or not agreed or sanitize_worker_name(agreed) == sanitize_worker_name(worker):
+        return None
+    return agreed
 
 
 def plan_flytekit_error(message: str, timestamp: Timestamp) -> ErrorDocumentPlan:

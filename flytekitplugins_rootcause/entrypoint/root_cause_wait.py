@@ -1,4 +1,4 @@
-"""A pod whose own document names only a victim waits, bounded, for a document that names the root cause.
+"""A pod whose document leaves the answer to another pod waits, bounded, for a document naming the root cause.
 
 Why: the training operator marks a PyTorchJob Succeeded as soon as one pod exits 0, and Flyte reads
 the error documents present at that moment (upstream propeller's Go rule: the earliest timestamp
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from rootcause_core.error_files import ERROR_FILE_NAME, is_error_file_name, listing_key_of
+from rootcause_core.error_files import ERROR_FILE_NAME, is_error_file_name, is_file_of, listing_key_of
 from rootcause_core.ordering import Role
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
@@ -48,19 +48,24 @@ def await_root_cause_document(
     *,
     bound_s: float,
     with_error_pb: bool = False,
+    from_worker: str | None = None,
     poll_s: float = POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> bool:
     """Poll ``list_names`` (the base names under the output prefix) until one names the root cause
     (and, ``with_error_pb``, ``error.pb`` is there too: the culprit's pod creates it after its own
-    file); ``False`` when ``bound_s`` passed first. A listing that fails is retried until the bound:
+    file); with ``from_worker``, only a document written for that pod counts (the pod the failing
+    pods agreed on). ``False`` when ``bound_s`` passed first. A listing that fails is retried until the bound:
     the pod's own document is written, so nothing is lost by waiting, and nothing by giving up."""
     deadline = clock() + bound_s
     while True:
         try:
             names = set(list_names())
-            if any(names_the_root_cause(name) for name in names) and (not with_error_pb or ERROR_FILE_NAME in names):
+            naming = [name for name in names if names_the_root_cause(name)]
+            if from_worker is not None:
+                naming = [name for name in naming if is_file_of(name, from_worker)]
+            if naming and (not with_error_pb or ERROR_FILE_NAME in names):
                 return True
         except Exception as error:  # a store that stops answering: logged, never raised
             logger.warning("could not list the output prefix while waiting for the root cause: %s", error)
@@ -90,6 +95,13 @@ def only_a_victim_named(plan: ErrorDocumentPlan | None) -> bool:
         and plan.listing_key.role == Role.VICTIM
         and not plan.lost_peer_documents
     )
+
+
+def leaves_the_answer_to_another_pod(plan: ErrorDocumentPlan | None) -> bool:
+    """This pod's document must not decide the console's answer: it names only victims, or the
+    failing pods agreed the job's root cause is another pod's (an earlier, independent failure):
+    it waits for that pod's document (:attr:`ErrorDocumentPlan.defers_to`) or any naming one."""
+    return only_a_victim_named(plan) or (plan is not None and plan.defers_to is not None)
 
 
 def list_names(prefix: str, filesystems: Any) -> list[str]:

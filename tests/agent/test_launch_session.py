@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from torch.distributed import DistStoreError, TCPStore
@@ -72,7 +73,7 @@ def store() -> Iterator[TCPStore]:
     yield TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
 
 
-def _settings(**changes: object) -> LaunchSettings:
+def _settings(**changes: Any) -> LaunchSettings:
     settings = LaunchSettings(
         teardown_grace_s=30.0,
         hang_probe=False,
@@ -88,7 +89,7 @@ def _settings(**changes: object) -> LaunchSettings:
         rdzv_configs=None,
         watchdog=None,
     )
-    return dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(settings, **changes)
 
 
 def _error_of(diagnosis: Diagnosis) -> BaseException:

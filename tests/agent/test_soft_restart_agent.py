@@ -197,21 +197,18 @@ def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhe
 def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(tmp_path: Path, store: TCPStore) -> None:
     """The peer watch tells the loop *every* peer declared lost so far each time a new one is declared:
     two silent neighbours within one monitor interval reach the session as (pod-1,) then (pod-1, pod-2).
-    The log must say pod-1 was lost once: a second entry is a second world change (every survivor's
-    workers paused again for a world with the same members) and a second line in every report."""
+    The log must say pod-1 was lost once: a second entry is one more world proposal and a second
+    "pod-1 was lost" line in every pod's report and Deck (the history is the log)."""
     session = _session(tmp_path, "pod-0")
     loop = _loop_in_world(session, store, 0, 4)
     session.peers_lost((LostPeer(1, "pod-1", None),))
     session.peers_lost((LostPeer(1, "pod-1", None), LostPeer(2, "pod-2", None)))
     loop._scale_down_lost()
     three = SoftWorld(store, 3, "pod-3", range(4))
-    worlds = 0
     while three.change_proposed():  # the survivors follow every proposed change, as their loops do
         final, _ = _next_worlds(three, loop.world)
-        worlds += 1
     assert final.members == (0, 3)
     assert [(c.op, c.node) for c in final.changes] == [("lost", 1), ("lost", 2)]
-    assert worlds == 2
 
 
 # --- this node leaving for good (its kubelet stops the pod) -------------------------------------------
@@ -233,7 +230,7 @@ def test_a_node_leaving_for_good_is_logged_lost_once_and_the_others_form_the_wor
 
 
 def test_leaving_for_good_before_any_world_or_after_the_store_went_never_raises(
-    tmp_path: Path, store: TCPStore, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Stopped before torch's rendezvous formed a world: nothing to leave. Stopped after the store's host
     went: the peer watch finds this pod gone instead, and the stop itself (torch's ``SignalException``)

@@ -115,3 +115,16 @@ def test_the_watchdog_s_victim_document_makes_error_pb_when_no_culprit_writes(tm
     _router(tmp_path, wait_s=1).write_last_resort(str(prefix), _HungVictim("hung"))
     shared = errors_pb2.ErrorDocument.FromString((prefix / "error.pb").read_bytes())
     assert shared.error.message.startswith("[victim] agent hung"), shared.error.message
+
+
+def test_a_candidate_that_the_pods_agreed_came_second_waits_for_the_first_pod_s_document() -> None:
+    """Two independent failures in two pods: the pods agreed the other pod's came first, so this
+    pod's own candidate document does not count; only a document written for that pod does."""
+    clock = FakeClock()
+    own = "error-pod-0-0123abcd.rc1c1790000000000000009.pb"
+    listings = itertools.chain([[own], [own, "error.pb"]], itertools.repeat([own, CANDIDATE, "error.pb"]))
+    assert await_root_cause_document(lambda: next(listings), bound_s=10, with_error_pb=True, from_worker="pod-1",
+                                     clock=clock, sleep=clock.sleep)
+    assert clock.now == 0.4
+    assert not await_root_cause_document(lambda: [own, "error.pb"], bound_s=1, from_worker="pod-1", clock=clock,
+                                         sleep=clock.sleep)

@@ -37,6 +37,7 @@ from rootcause_harness.faults import (
     Fault,
     FaultKind,
 )
+from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
 from rootcause_harness.flytekit.training import train_2x2
 from testbed.object_stores import ObjectStore
@@ -108,6 +109,10 @@ def test_earlier_of_two_independent_errors_50ms_apart_wins(file_store: ObjectSto
                   second_local_rank=0, second_delay_s=0.05)
     result = _run(StoreAccess(file_store.root), fault, tmp_path, forked_train_2x1, nproc_per_node=1)
     _assert_verdict(result)
+    # at the operator's decision too, whichever pod exits first: the pods agreed the first failure is
+    # pod 0's, so pod 1's own candidate document waits for pod 0's (and error.pb) before it exits
+    view = console_at_decision(result, aggregation=True)
+    assert (view.outcome, view.worker) == ("error", "train-worker-0"), (view, f"pod logs in {result.sim_dir}")
     read = RemoteFileOutputReader(result.output_prefix).read_all()
     first, second = read.failures[0], read.failures[1]
     assert second.worker == "train-worker-1", read.failures
