@@ -58,6 +58,7 @@ from rootcause_engine.agent.soft_restart_agent import (
     history_note,
     history_rows,
 )
+from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S
 from rootcause_engine.agent.store_keeper import stores_kept
 from rootcause_engine.agent.torch_log_format import exceptions_preformatted
 from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
@@ -310,6 +311,9 @@ class LaunchSession:
             timeout_s=settings.soft_restart_timeout_s,
             min_nodes=settings.min_nodes,
             max_nodes=settings.max_nodes,
+            # the world's store calls wait as long as the peer watch's: a frozen store host is then
+            # given up on by both at the same time
+            store_timeout_s=settings.lost_after_s or STORE_TIMEOUT_S,
         )
 
 

@@ -37,6 +37,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rootcause_core.bounded_json import loads_bounded
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import order_failures
 from rootcause_core.store_waits import DEFAULT_GROUP
@@ -171,11 +172,11 @@ def waits_text(waits: Iterable[PeerWait]) -> str:
 
 def waits_from_text(value: bytes | str | None) -> tuple[PeerWait, ...]:
     """The waits a pod published; nothing for a value that is missing, too large or malformed."""
-    if value is None or len(value) > _MAX_TEXT:
+    if value is None:
         return ()
     try:
-        items = json.loads(value)
-    except (ValueError, RecursionError, UnicodeDecodeError):
+        items = loads_bounded(value, max_bytes=_MAX_TEXT)  # size and depth checked before parsing
+    except (ValueError, UnicodeDecodeError):
         return ()
     if not isinstance(items, list):
         return ()
