@@ -242,10 +242,19 @@ class LaunchSession:
         Workers this pod ended because a silent peer was declared lost fail like any others; the
         trigger says which road it was.
         """
-        trigger = Trigger.PEER_LOST if self.peers.declared_lost() else Trigger.WORKER_FAILED
+        trigger = Trigger.PEER_LOST if self._ended_for_lost_peers() else Trigger.WORKER_FAILED
         if trigger is Trigger.WORKER_FAILED and self._hung():
             trigger = Trigger.HUNG_RANK
         return self._diagnose(trigger, child_failed)
+
+    def _ended_for_lost_peers(self) -> bool:
+        """This pod's workers were ended because peers were declared lost: always under hard restarts;
+        under soft ones only for the store's host (any other lost pod the world went on without)."""
+        lost = self.peers.declared_lost()
+        if not lost or self.soft is None:
+            return bool(lost)
+        hosts = {member.group_rank for member in self.peers.members() if member.hosts_store}
+        return any(peer.group_rank in hosts for peer in lost)
 
     def store_lost(self, error: BaseException) -> Diagnosis | None:
         """The diagnosis after torch's agent lost the rendezvous store (its host pod is gone) before it

@@ -84,6 +84,8 @@ class SoftRestartSession:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     #: peers the peer watch declared lost (a vanished or frozen pod), not yet taken out of the world
     lost_pending: list[LostPeer] = dataclasses.field(default_factory=list)
+    #: the nodes ever told lost (the peer watch repeats every verdict so far with each new one)
+    lost_told: set[int] = dataclasses.field(default_factory=set)
     #: when this node stopped its restarting workers because the training had finished without them
     finished_while_restarting_ns: int | None = None
 
@@ -92,11 +94,12 @@ class SoftRestartSession:
         Their group ranks become nodes (the peer watch of a later world ranks its members densely)."""
         with self.lock:
             nodes = self.peer_nodes
-            self.lost_pending.extend(
-                dataclasses.replace(peer, group_rank=nodes[peer.group_rank])
-                if nodes is not None and 0 <= peer.group_rank < len(nodes) else peer
-                for peer in lost
-            )
+            for peer in lost:  # the watch tells every peer declared lost so far: each is taken once
+                node = nodes[peer.group_rank] if nodes is not None and 0 <= peer.group_rank < len(nodes) else None
+                mapped = peer if node is None else dataclasses.replace(peer, group_rank=node)
+                if mapped.group_rank not in self.lost_told:
+                    self.lost_told.add(mapped.group_rank)
+                    self.lost_pending.append(mapped)
 
     def take_lost(self) -> list[LostPeer]:
         with self.lock:

@@ -192,8 +192,6 @@ def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhe
     assert not any(change.op == "lost" for change in world.changes)  # ended, not scaled down
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: a lost peer told twice before the loop takes it is "
-                   "logged lost twice (see the test's docstring)")
 def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(tmp_path: Path, store: TCPStore) -> None:
     """The peer watch tells the loop *every* peer declared lost so far each time a new one is declared:
     two silent neighbours within one monitor interval reach the session as (pod-1,) then (pod-1, pod-2).
