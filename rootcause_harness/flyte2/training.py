@@ -36,6 +36,7 @@ elastic_8x1 = _env("elastic_8x1", Elastic(nnodes=8, nproc_per_node=1, max_restar
 rootcause_2x2_restarting = _env("rootcause_2x2_restarting", ElasticRootCause(nnodes=2, nproc_per_node=2))
 elastic_2x2_restarting = _env("elastic_2x2_restarting", Elastic(nnodes=2, nproc_per_node=2))
 rootcause_2x1 = _env("rootcause_2x1", ElasticRootCause(nnodes=2, nproc_per_node=1, max_restarts=0))
+rootcause_3x1 = _env("rootcause_3x1", ElasticRootCause(nnodes=3, nproc_per_node=1, max_restarts=0))
 rootcause_checked_2x1 = _env(
     "rootcause_checked_2x1",
     ElasticRootCause(nnodes=2, nproc_per_node=1, max_restarts=0, straggler_check=StragglerCheck()),
@@ -123,6 +124,11 @@ def train_8x1_elastic_short_timeout(steps: int = 8) -> float:
 
 @rootcause_2x1.task(report=True)
 def train_2x1(steps: int = 8) -> float:
+    return run_training(steps)
+
+
+@rootcause_3x1.task
+def train_3x1(steps: int = 8) -> float:
     return run_training(steps)
 
 

@@ -19,6 +19,10 @@ from flytekit.core.base_task import PythonTask
 from backend_reader import RemoteFileOutputReader
 from rootcause_harness import netns
 from rootcause_harness.faults import Fault, FaultKind
+from rootcause_harness.flyte2 import training as flyte2_training
+from rootcause_harness.flyte2.console import console_at_decision as flyte2_console
+from rootcause_harness.flyte2.job import JobSpec as Flyte2JobSpec
+from rootcause_harness.flyte2.job import run_job as run_flyte2_job
 from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobSpec, StoreAccess, run_job
 from rootcause_harness.flytekit.training import train_2x2, train_3x1
@@ -73,3 +77,18 @@ def test_a_cut_off_store_host_that_still_reaches_the_object_store_accuses_no_one
     assert "this pod is the one cut off from the network, so it declares no one lost" in cut_log, logs
     accusations = [path.name for path in (tmp_path / "store").rglob("error-train-worker-[12]-*.rc1l*.pb")]
     assert accusations == [], (accusations, logs)
+
+
+@pytest.mark.parametrize("cut", ["train-worker-0", "train-worker-2"], ids=["store-host", "other"])
+def test_flyte_2_a_cut_off_pod_is_named_by_the_healthy_majority(tmp_path: Path, cut: str) -> None:
+    """Flyte 2, 3 x 1, the pods' network alone cut (the action's bucket is a shared folder): the
+    healthy pods agree on the cut-off pod, and ``error.pb`` at the operator's decision names it."""
+    with netns.PodNetwork() as network:
+        spec = Flyte2JobSpec(task=flyte2_training.train_3x1, nnodes=3, nproc_per_node=1, root=tmp_path / "bucket",
+                             fault=Fault(FaultKind.PARTITION, pod=cut, step=3), network=network,
+                             termination_grace_s=5, delete_after_decision_s=1, timeout_s=180)
+        result = run_flyte2_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    view = flyte2_console(result)
+    assert result.operator.phase == JobPhase.SUCCEEDED and result.operator.pod != cut, (result.operator, logs)
+    assert (view.outcome, view.worker) == ("error", cut), (view, logs)
