@@ -45,6 +45,7 @@ from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
 from flytekitplugins_rootcause.report import publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
+from rootcause_core.ordering import Role
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import job_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
@@ -135,7 +136,13 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         victim's does (``entrypoint.root_cause_wait``)."""
         agreed = job_report(diagnosis, launch.peers, worker=current_worker_name(),
                             timeout_s=self.task_config.agreement_timeout_s, retry_rule=launch.settings.retry_rule)
-        elsewhere = agreed.worker if agreed is not None and agreed.worker != current_worker_name() else None
+        own_candidate = bool(diagnosis.failures) and diagnosis.failures[0].role == Role.CANDIDATE
+        lost = {peer.worker for peer in diagnosis.lost_peers}
+        elsewhere = None
+        if own_candidate and agreed is not None and agreed.worker not in (None, current_worker_name(), *lost):
+            # another pod's earlier failure, whose pod writes its own document (a victim's document
+            # and a lost pod's already leave the answer to the culprit's: they wait, or need not)
+            elsewhere = agreed.worker
         return _raised(diagnosis, elsewhere)
 
     def _launch_settings(self) -> LaunchSettings:

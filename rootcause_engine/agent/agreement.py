@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
@@ -98,7 +98,11 @@ def reach_agreement(
     access = peers.round_store()
     if access is None or access.world_size < 2:
         return own
-    lost = {peer.group_rank for peer in (*peers.declared_lost(), *word.lost_peers)} | set(silent)
+    known_silent = {peer.group_rank for peer in word.lost_peers} | set(silent)
+
+    def lost() -> set[int]:  # looked at again while waiting: a verdict reached meanwhile counts too
+        return known_silent | {peer.group_rank for peer in peers.declared_lost()}
+
     try:
         return _agree(access, word, own, lost, timeout_s, retry_rule)
     except _STORE_ERRORS as error:
@@ -107,13 +111,18 @@ def reach_agreement(
 
 
 def _agree(
-    store: RoundStore, word: PodWord, own: AgreedReport, lost: set[int], timeout_s: float, retry_rule: RetryRule
+    store: RoundStore,
+    word: PodWord,
+    own: AgreedReport,
+    lost: Callable[[], set[int]],
+    timeout_s: float,
+    retry_rule: RetryRule,
 ) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
     store.call("set", _said_key(store.group_rank), word.to_json())
     words = {store.group_rank: word}
-    expected = set(range(store.world_size)) - lost
     while True:
+        expected = set(range(store.world_size)) - lost()
         for rank in sorted(expected - words.keys()):
             key = _said_key(rank)
             if store.call("check", [key]):
