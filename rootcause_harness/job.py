@@ -75,6 +75,10 @@ class PodsRun:
     placement: dict[int, tuple[str, int]]  # global rank -> (pod, local rank), as workers recorded
     replaced: list[PodResult]  # pods lost, then rescheduled
 
+    def fields(self) -> dict[str, object]:
+        """Its fields by name, for a flavour's job result (which carries them all)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
 
 def run_pods(shape: JobShape, *, args: list[str], env: dict[str, str], sim_dir: Path,
              copy_prefix: PrefixCopier) -> PodsRun:

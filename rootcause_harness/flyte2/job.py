@@ -65,6 +65,7 @@ class JobResult(FaultGroundTruth):
     timed_out: bool
     #: the training operator's decision at the first reported pod exit, with the prefix as it was then
     operator: OperatorDecision = dataclasses.field(default_factory=lambda: Operator.never())
+    replaced: list[PodResult] = dataclasses.field(default_factory=list)  # pods lost, then rescheduled
 
     @property
     def error_pb(self) -> str:
@@ -150,9 +151,5 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         run_name=run_name,
         output_prefix=output_prefix,
         sim_dir=sim_dir,
-        pods=run.pods,
-        fault_ns=run.fault_ns,
-        placement=run.placement,
-        timed_out=run.timed_out,
-        operator=run.operator,
+        **run.fields(),
     )

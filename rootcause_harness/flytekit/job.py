@@ -193,12 +193,7 @@ def run_job(spec: JobSpec, work_dir: Path | None = None) -> JobResult:
         output_prefix=output_prefix,
         raw_output_prefix=raw_prefix,
         sim_dir=sim_dir,
-        pods=run.pods,
-        fault_ns=run.fault_ns,
-        placement=run.placement,
-        timed_out=run.timed_out,
-        replaced=run.replaced,
-        operator=run.operator,
+        **run.fields(),
     )
 
 

@@ -96,6 +96,17 @@ def _wait(pcontext: Any) -> Any:
     return result
 
 
+def _observed_launch(observer: LaunchObserver, tmp_path: Path, entrypoint: Any, args: dict[int, tuple[Any, ...]],
+                     envs: dict[int, dict[str, str]]) -> Any:
+    """Start the workers within ``observing_launch`` and wait for torch's result of them."""
+    with observing_launch(observer):
+        pcontext = _agent_start(tmp_path, entrypoint, args, envs)
+        try:
+            return _wait(pcontext)
+        finally:
+            pcontext.close()
+
+
 def test_every_worker_torch_s_agent_starts_is_registered_with_its_ranks_attempt_and_error_file(
     tmp_path: Path, watcher: DeathWatcher
 ) -> None:
@@ -134,13 +145,8 @@ def test_a_function_worker_exiting_0_before_returning_is_torch_s_failure_and_its
     observer's join makes torch report that worker failed, ends the other one (a victim, after the
     teardown began), and says the worker exited without its result."""
     observer = LaunchObserver(watcher, teardown_grace_s=LONG_GRACE_S)
-    with observing_launch(observer):
-        pcontext = _agent_start(tmp_path, _local_rank_0_exits_0_without_returning, {0: (), 1: ()},
-                                _envs(attempt=0, group_rank=0, first_rank=0, count=2))
-        try:
-            result = _wait(pcontext)
-        finally:
-            pcontext.close()
+    result = _observed_launch(observer, tmp_path, _local_rank_0_exits_0_without_returning, {0: (), 1: ()},
+                              _envs(attempt=0, group_rank=0, first_rank=0, count=2))
     assert result.is_failed() and set(result.failures) == {0}
     assert result.failures[0].exitcode == 0
     early, peer = sorted(observer.workers_of(0), key=lambda w: w.local_rank)
@@ -163,13 +169,8 @@ def test_a_binary_launch_has_no_results_to_deliver_and_its_exit_codes_are_torch_
     """A binary worker may legitimately exit 0 at any time: never "exited without its result"; the exit
     code is read from torch's own process handle, which reaps it."""
     observer = LaunchObserver(watcher)
-    with observing_launch(observer):
-        pcontext = _agent_start(tmp_path, "/bin/sh", {0: ("-c", "exit 0"), 1: ("-c", "exit 5")},
-                                _envs(attempt=1, group_rank=0, first_rank=0, count=2))
-        try:
-            result = _wait(pcontext)
-        finally:
-            pcontext.close()
+    result = _observed_launch(observer, tmp_path, "/bin/sh", {0: ("-c", "exit 0"), 1: ("-c", "exit 5")},
+                              _envs(attempt=1, group_rank=0, first_rank=0, count=2))
     assert result.is_failed() and set(result.failures) == {1}
     zero, five = sorted(observer.workers_of(1), key=lambda w: w.local_rank)
     assert observer.results_delivered(1) is None
