@@ -9,7 +9,9 @@ the same code is checked:
    Flight Recorder's size set (``TORCH_FR_BUFFER_SIZE``, as ``ElasticRootCause`` sets it) and left at
    torch's default; printed: the microseconds per all-reduce of 1 MiB either way, the
    position the hang diagnosis reads back (``hang_probe.collective_positions_json``: it must be the
-   last all-reduce's number) and how long that read takes (what a probed worker spends answering);
+   last all-reduce's number) and how long that read takes (what a probed worker spends answering),
+   and the status each worker's progress beacon reads for the hang watch
+   (``torch_worker.flight_recorder_status``: the last collective entered and completed, per group);
 3. the soft restart's way out of an NCCL world (``torch_worker.abort_process_groups``) returns;
 4. a loop on the soft-restart RFC's API alone: a new NCCL group made with torch's own
    ``init_process_group`` and left with its ``destroy_process_group``, both wrapped as in every
@@ -40,7 +42,7 @@ def _child(iterations: int, buffer_entries: int) -> dict[str, object]:
     import torch.distributed as dist
 
     from rootcause_engine.distributed import default_backend, default_device
-    from rootcause_engine.upstream.torch_worker import abort_process_groups
+    from rootcause_engine.upstream.torch_worker import abort_process_groups, flight_recorder_status
     from rootcause_engine.worker.hang_probe import collective_positions_json
 
     backend, device = default_backend(), default_device(0)
@@ -61,6 +63,11 @@ def _child(iterations: int, buffer_entries: int) -> dict[str, object]:
     read_began = time.perf_counter()
     positions = collective_positions_json()
     read_ms = (time.perf_counter() - read_began) * 1e3
+    status_began = time.perf_counter()
+    status = flight_recorder_status()  # what each worker's progress beacon reads for the hang watch
+    status_us = (time.perf_counter() - status_began) * 1e6
+    time.sleep(1.0)  # NCCL's watchdog thread records completions on its own time: caught up a second later?
+    settled = flight_recorder_status()
     dumps = {}  # what each of torch's dump calls holds: the NCCL recorder is its own in CUDA builds
     for name in ("_dump_fr_trace", "_dump_nccl_trace"):
         call = getattr(torch._C._distributed_c10d, name, None)
@@ -79,6 +86,9 @@ def _child(iterations: int, buffer_entries: int) -> dict[str, object]:
         "per_call_us": per_call_us,
         "positions": positions,
         "read_ms": read_ms,
+        "status": {pg: list(value) for pg, value in (status or {}).items()},
+        "status_us": status_us,
+        "settled": {pg: list(value) for pg, value in (settled or {}).items()},
         "calls": iterations + 20,
         "dumps": dumps,
     }
@@ -137,7 +147,9 @@ def main() -> None:
             f"{label:<13} backend {result['backend']} on {result['device']} ({result['gpu']}, "
             f"torch {result['torch']}): {result['per_call_us']:.1f} us per 1 MiB all-reduce; last position read: "
             f"{seq} of {result['calls']} calls in {result['read_ms']:.1f} ms; the world aborted; "
-            f"entries per dump call: {result['dumps']}; an RFC-only loop's group: {result['rfc_only']}"
+            f"entries per dump call: {result['dumps']}; the progress beacon's status (entered, completed) "
+            f"{result['status']} in {result['status_us']:.0f} us, {result['settled']} 1 s later; "
+            f"an RFC-only loop's group: {result['rfc_only']}"
         )
 
 
