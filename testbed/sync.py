@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 READY_FILE = "sigterm-ignored"
 
@@ -25,3 +26,11 @@ def error_file_of(local_rank: int) -> str:
 def touch(path: str) -> None:
     with open(path, "w"):
         pass
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Look at ``condition`` every ``interval_s`` until it holds or ``timeout_s`` passed; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(interval_s)
+    return bool(condition())

@@ -13,7 +13,6 @@ import datetime
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from torch.distributed import TCPStore
@@ -37,12 +36,6 @@ HUGE = b"9" * (1 << 20)
 def client(port: int) -> TCPStore:
     return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
                     wait_for_workers=False)
-
-
-@pytest.fixture
-def server_port() -> Iterator[int]:
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield server.port
 
 
 class Pod:

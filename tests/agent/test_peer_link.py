@@ -23,6 +23,7 @@ from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.peer_link import LinkEndpoint, link_hub
 from rootcause_engine.agent.peer_watch import PeerWatch, store_address
 from rootcause_engine.upstream.torch_elastic import JoinedRound
+from testbed.sync import wait_until
 
 INTERVAL_S = 0.05
 #: Far longer than any wait below: a verdict before it is the link's.
@@ -71,12 +72,6 @@ for line in sys.stdin:
 
 
 @pytest.fixture
-def server_port() -> Iterator[int]:
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield server.port
-
-
-@pytest.fixture
 def watched_pod(server_port: int) -> Iterator[subprocess.Popen[str]]:
     pod = subprocess.Popen([sys.executable, "-c", _POD, str(server_port)], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
@@ -106,10 +101,7 @@ def _linked(peers: PeerWatch) -> bool:
 
 
 def _wait_until(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(INTERVAL_S)
-    return bool(condition())
+    return wait_until(condition, timeout_s, INTERVAL_S)
 
 
 def _send(pod: subprocess.Popen[str], line: str) -> None:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from torch.distributed import TCPStore
@@ -24,6 +23,7 @@ from rootcause_core.collectives import INIT_OP, CollectivePosition
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
+from testbed.sync import wait_until
 
 INTERVAL_S = 0.05
 #: Long against a heartbeat, so that a live peer on a busy machine is never taken for lost.
@@ -47,12 +47,6 @@ def wait_for_members(peers: PeerWatch, count: int) -> tuple[Member, ...]:
     while len(peers.members()) < count and time.monotonic() < deadline:
         time.sleep(INTERVAL_S)
     return peers.members()
-
-
-@pytest.fixture
-def server_port() -> Iterator[int]:
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield server.port
 
 
 def test_every_pod_learns_the_membership_the_rendezvous_formed(server_port: int) -> None:
@@ -314,10 +308,7 @@ def _healthy_watch(worker: str, store: TCPStore, rank: int, world: int, *, silen
 
 
 def _wait_until(condition, timeout_s: float = 60) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(INTERVAL_S)
-    return bool(condition())
+    return wait_until(condition, timeout_s, INTERVAL_S)
 
 
 def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_pod_is_told(server_port: int) -> None:
