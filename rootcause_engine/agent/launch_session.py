@@ -253,7 +253,7 @@ class LaunchSession:
         lost = self.peers.declared_lost()
         if not lost or self.soft is None:
             return bool(lost)
-        hosts = {member.group_rank for member in self.peers.members() if member.hosts_store}
+        hosts = store_host_ranks(self.peers)
         return any(peer.group_rank in hosts for peer in lost)
 
     def store_lost(self, error: BaseException) -> Diagnosis | None:
@@ -406,13 +406,18 @@ class LostPeerHandler:
     ended: bool = False
 
     def __call__(self, lost: tuple[LostPeer, ...]) -> None:
-        hosts = {member.group_rank for member in self.peers.members() if member.hosts_store}
+        hosts = store_host_ranks(self.peers)
         if self.soft is not None and not any(peer.group_rank in hosts for peer in lost):
             self.soft.peers_lost(lost)
             return
         if not self.ended:
             self.ended = True
             a_peer_is_lost(self.observer, lost, hosts, self.watchdog)
+
+
+def store_host_ranks(peers: PeerWatch) -> set[int]:
+    """The group ranks of the round's members that host the rendezvous store (one, once known)."""
+    return {member.group_rank for member in peers.members() if member.hosts_store}
 
 
 def a_peer_is_lost(
