@@ -11,6 +11,9 @@ after the first: the earlier one is the root cause even though both happen withi
 wall-clock second. ``clock_offset_s`` runs the faulty pod's wall clock that far ahead of the
 others' (``skewed_clock/sitecustomize.py``), as on a node whose clock is off: its failure then
 *looks* later than its victims' to anyone comparing stamps.
+
+One fault hangs a pod's agent rather than a worker: :func:`hang_agent_monitor`. The watchdog tests'
+task modules call it themselves when a pod imports or runs them.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import enum
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
 
@@ -258,6 +263,25 @@ def freeze_pod(pod: str) -> None:
     connection, and nothing of the pod answers, beats or reports any more."""
     (_sim_dir() / FROZEN_POD_FILE).write_text(pod)
     _signal_this_pod(signal.SIGSTOP)
+
+
+def _block_forever(self: Any, worker_group: Any) -> Any:
+    """The agent's monitor poll under :func:`hang_agent_monitor`: a wait that nothing ends."""
+    threading.Event().wait()
+
+
+def hang_agent_monitor() -> None:
+    """Make torch's agent in this process hang: ``LocalElasticAgent._monitor_workers`` blocks forever.
+
+    The agent then never notices that its workers failed, never tears them down and never returns, like
+    an agent stuck in a call that never ends. Only the agent watchdog can end such a pod, and that is
+    what the tests using this check. The patch lasts as long as the process. torch's agent is imported
+    here, not at the top: the simulator, the demos and the training loops import this module too, and
+    none of them needs the agent.
+    """
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
 
 
 def receive_from_next_rank() -> None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -253,3 +253,22 @@ def read_worker_logs(sim_dir: Path) -> dict[tuple[str, int], list[list[dict[str,
     for runs in processes.values():
         runs.sort(key=lambda events: float(events[0]["t"]))  # type: ignore[arg-type]
     return processes
+
+
+def steps_of(events: list[dict[str, Any]]) -> list[int]:
+    """The steps one worker process took, in order, from its events (:func:`read_worker_logs`).
+
+    A soft restart keeps the survivors' processes, and a restarted one resumes after the steps its
+    world agreed on. These numbers show a step lost or taken twice.
+    """
+    return [int(event["step"]) for event in events if event["event"] == "step"]
+
+
+def changes_of(events: list[dict[str, Any]]) -> list[str | None]:
+    """The change that led to each world one worker process joined, in order (``None`` where none did, as
+    for the first world).
+
+    A survivor's worker must hear of every scale-down and scale-up, once each and in order. This list is
+    what it heard.
+    """
+    return [event["change"] for event in events if event["event"] == "world"]

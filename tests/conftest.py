@@ -4,6 +4,9 @@ Also hypothesis's defaults for this suite: no per-example deadline and no "too s
 Both are wall-clock limits (200 ms per example, data generation speed) that a busy shared CPU
 breaks at random; the properties themselves hold on any machine.
 
+It also provides real c10d ``TCPStore`` servers on loopback (``testbed.tcp_store``), one for each
+test that asks. Both the agent tests and the soft-restart tests run their code on one.
+
 Every process the suite starts talks over loopback only, so its DNS waits are bounded
 (``simulation.loopback.bound_dns_waits`` says why: torch's reverse lookups of loopback peers).
 
@@ -16,12 +19,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from rootcause_harness.loopback import bound_dns_waits
 from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto_s3_store
+
+if TYPE_CHECKING:
+    from torch.distributed import PrefixStore, TCPStore
 
 bound_dns_waits(os.environ)  # before any test starts a process: they all inherit it
 # gcsfs reads this once, when it is first imported (a test module may import it at collection, before
@@ -61,3 +68,27 @@ def any_store(request: pytest.FixtureRequest) -> ObjectStore:
     """Each test using this runs once per store kind: local folder, fake-gcs-server, moto S3."""
     name = {"local": "file_store", "gcs": "gcs_store", "s3": "s3_store"}[request.param]
     return request.getfixturevalue(name)
+
+
+@pytest.fixture
+def store_server() -> TCPStore:
+    """A real ``TCPStore`` server on a free loopback port, as the rendezvous store's host runs it.
+
+    Held for the test's duration (pytest keeps the fixture's value), then dropped. torch is imported here,
+    not at the top: a test run that never asks for a store does not load it.
+    """
+    from testbed.tcp_store import master_store
+
+    return master_store()
+
+
+@pytest.fixture
+def prefixed_store(store_server: TCPStore) -> PrefixStore:
+    """``store_server`` seen through a ``PrefixStore``, as a rendezvous round's store is.
+
+    torch's rendezvous hands each round the job's store under a prefix of its own. The code under test
+    gets the same wrapper, so its keys go through the same prefixing as in a job.
+    """
+    from torch.distributed import PrefixStore
+
+    return PrefixStore("round0", store_server)

@@ -8,42 +8,28 @@ everything works again once the host is resumed.
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
-from torch.distributed import TCPStore
 
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
 from testbed.processes import stop_process
+from testbed.sync import wait_until
+from testbed.tcp_store import client, store_in_process
 
-SERVER = (
-    "import sys, time, datetime, torch.distributed as d\n"
-    "s = d.TCPStore('127.0.0.1', 0, is_master=True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)\n"
-    "print(s.port, flush=True)\n"
-    "time.sleep(600)\n"
-)
+#: torch's own client timeout: longer than the host stays frozen, so the call stuck in the freeze
+#: still lands once the host resumes (only ``BoundedStore``'s deadline gives up on it earlier).
+CLIENT_TIMEOUT_S = 30.0
 
 
 @pytest.fixture
 def server() -> Iterator[tuple[subprocess.Popen[str], int]]:
-    process = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        yield process, int(process.stdout.readline())
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
-        process.kill()
-        process.wait()
-
-
-def _client(port: int) -> TCPStore:
-    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    with store_in_process() as served:
+        yield served
 
 
 @pytest.mark.slow
@@ -51,7 +37,7 @@ def test_a_frozen_store_host_costs_one_deadline_then_nothing_and_a_resumed_one_a
     server: tuple[subprocess.Popen[str], int],
 ) -> None:
     process, port = server
-    store = BoundedStore(_client(port), timeout_s=1.0)
+    store = BoundedStore(client(port, timeout_s=CLIENT_TIMEOUT_S), timeout_s=1.0)
     store.call("set", "k", "1")
     assert store.call("get", "k") == b"1"
     stop_process(process.pid)  # and wait until it has: a busy machine delivers SIGSTOP late
@@ -63,9 +49,7 @@ def test_a_frozen_store_host_costs_one_deadline_then_nothing_and_a_resumed_one_a
     assert time.monotonic() - started < 30  # the deadline, not torch's wait for ever
     assert store.unresponsive_for_s > 0
     os.kill(process.pid, signal.SIGCONT)
-    deadline = time.monotonic() + 30
-    while store.unresponsive_for_s > 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: store.unresponsive_for_s <= 0, 30)
     assert store.call("add", "n", 0) == 1  # the stuck add landed; the store is usable again
     store.close()
 

@@ -9,13 +9,11 @@ that are no numbers or far too large, and a gap in the verdict log. Each test is
 
 from __future__ import annotations
 
-import datetime
 import json
 import threading
 import time
 
 import pytest
-from torch.distributed import TCPStore
 
 from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.agreement import reach_agreement
@@ -23,6 +21,8 @@ from rootcause_engine.agent.diagnosis.agreed import PodWord, failure_to_json
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.store_values import GAP_GRACE_S, VOID
 from rootcause_engine.upstream.torch_elastic import JoinedRound
+from testbed.sync import wait_until
+from testbed.tcp_store import client
 from tests.flyte2.test_agreed_report import ROOT, VICTIM_0
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,11 +31,8 @@ INTERVAL_S = 0.05
 BOMB = b"[" * 100_000
 DEEP_OBJECT = b'{"a":' * 20_000 + b"1" + b"}" * 20_000
 HUGE = b"9" * (1 << 20)
-
-
-def client(port: int) -> TCPStore:
-    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                    wait_for_workers=False)
+#: How long a test waits for the pods to see each other or a verdict (on a busy machine too).
+WAIT_S = 30.0
 
 
 class Pod:
@@ -61,13 +58,6 @@ def beats_on(port: int, ranks: list[int]) -> bool:
     before = [reader.get(f"rootcause/alive/{rank}") for rank in ranks]
     time.sleep(10 * INTERVAL_S)
     return all(reader.get(f"rootcause/alive/{rank}") != value for rank, value in zip(ranks, before, strict=True))
-
-
-def wait_until(condition, timeout_s: float = 30) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(INTERVAL_S)
-    return bool(condition())
 
 
 #: (key, value) written by the forger: pods 0 and 1 of 3 run, rank 2 never came, so its keys are
@@ -106,7 +96,7 @@ def test_a_forged_value_is_ignored_by_every_reader_of_the_peer_watch(
         forger.set(key, value)
     pods = [Pod(server_port, rank, 3) for rank in (0, 1)]
     try:
-        assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods))
+        assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods), WAIT_S)
         time.sleep(20 * INTERVAL_S)  # twenty beats: every per-beat reader read the forged values
         assert beats_on(server_port, [0, 1])
         assert all(pod.watch._thread is not None and pod.watch._thread.is_alive() for pod in pods)
@@ -131,16 +121,17 @@ def test_a_gap_in_the_verdict_log_delays_no_later_verdict(server_port: int) -> N
     forger.add("rootcause/verdict-numbers", 1)  # number 1 taken, never written
     pods = [Pod(server_port, rank, 4, silence_s=1.0) for rank in range(4)]
     try:
-        assert wait_until(lambda: all(len(pod.watch.members()) == 4 for pod in pods))
+        assert wait_until(lambda: all(len(pod.watch.members()) == 4 for pod in pods), WAIT_S)
         pods[2].watch.stop()  # frozen: its watcher (pod 1) declares it lost after the 1 s limit
-        assert wait_until(lambda: all(pod.lost for pod in (pods[0], pods[1], pods[3])))
+        assert wait_until(lambda: all(pod.lost for pod in (pods[0], pods[1], pods[3])), WAIT_S)
         declared_at = pods[1].lost[0][0]  # the watcher records its own verdict as it writes it
         for pod in (pods[0], pods[3]):
             (when, (peer,)) = pod.lost[0]
             assert peer.group_rank == 2 and peer.worker == "w2"
             assert when - declared_at < GAP_GRACE_S / 2, "a later verdict waited for the gap"
         assert forger.get("rootcause/lost/2") != VOID
-        assert wait_until(lambda: forger.check(["rootcause/lost/1"]) and forger.get("rootcause/lost/1") == VOID)
+        assert wait_until(lambda: forger.check(["rootcause/lost/1"]) and forger.get("rootcause/lost/1") == VOID,
+                          WAIT_S)
     finally:
         for pod in pods:
             pod.watch.close()

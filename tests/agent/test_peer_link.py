@@ -8,7 +8,6 @@ link the network cuts while the pod's heartbeat goes on (a closed link is eviden
 
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import subprocess
@@ -17,13 +16,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from torch.distributed import PrefixStore, TCPStore
+from torch.distributed import PrefixStore
 
 from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.peer_link import LinkEndpoint, link_hub
 from rootcause_engine.agent.peer_watch import PeerWatch, store_address
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 from testbed.sync import wait_until
+from testbed.tcp_store import client
 
 INTERVAL_S = 0.05
 #: Far longer than any wait below: a verdict before it is the link's.
@@ -86,8 +86,7 @@ def watched_pod(server_port: int) -> Iterator[subprocess.Popen[str]]:
 def _watcher(port: int, rank: int = 0, world: int = 2, *,
              lost_after_s: float = 2.0) -> tuple[PeerWatch, list[tuple[LostPeer, ...]]]:
     told: list[tuple[LostPeer, ...]] = []
-    store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                     wait_for_workers=False)
+    store = client(port)
     peers = PeerWatch(f"pod-{rank}", interval_s=INTERVAL_S, silence_limit_s=SILENCE_S, lost_after_s=lost_after_s)
     peers.when_a_peer_is_lost(told.append)
     peers.joined(JoinedRound(store, rank, world, (rank,)))
@@ -98,10 +97,6 @@ def _linked(peers: PeerWatch) -> bool:
     """The watcher's link to its successor is made (greeted)."""
     current = peers._current()
     return current is not None and current.link is not None and current.link.established
-
-
-def _wait_until(condition, timeout_s: float) -> bool:  # type: ignore[no-untyped-def]
-    return wait_until(condition, timeout_s, INTERVAL_S)
 
 
 def _send(pod: subprocess.Popen[str], line: str) -> None:
@@ -123,12 +118,12 @@ def test_a_link_the_network_cuts_while_the_heartbeat_goes_on_is_no_verdict_and_i
     Then the heartbeat stops and the link closes again: the verdict comes within a few beats."""
     peers, told = _watcher(server_port)
     try:
-        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
         first = peers._current().link  # type: ignore[union-attr]
         _ask(watched_pod, "cut")
-        assert _wait_until(lambda: first.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
-        assert _wait_until(lambda: _linked(peers) and peers._current().link is not first,  # type: ignore[union-attr]
-                           VERDICT_WAIT_S), "the cut link was not made again"
+        assert wait_until(lambda: first.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
+        assert wait_until(lambda: _linked(peers) and peers._current().link is not first,  # type: ignore[union-attr]
+                          VERDICT_WAIT_S), "the cut link was not made again"
         time.sleep(QUIET_S)
         assert told == []
         _ask(watched_pod, "stop")  # the heartbeat ends; the link alone is still no verdict
@@ -136,7 +131,7 @@ def test_a_link_the_network_cuts_while_the_heartbeat_goes_on_is_no_verdict_and_i
         assert told == []
         _ask(watched_pod, "cut")  # now both signs agree: its processes ended
         started = time.monotonic()
-        assert _wait_until(lambda: bool(told), VERDICT_WAIT_S), "no verdict once both the link and the beat ended"
+        assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "no verdict once both the link and the beat ended"
         assert time.monotonic() - started < VERDICT_WAIT_S / 3  # a few beats, far from the 60 s silence limit
         (lost,) = told[0]
         assert (lost.group_rank, lost.worker) == (1, "pod-1") and lost.last_seen_ns is not None
@@ -149,9 +144,9 @@ def test_a_pod_whose_processes_are_killed_is_declared_lost_long_before_the_silen
 ) -> None:
     peers, told = _watcher(server_port)
     try:
-        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
         watched_pod.kill()
-        assert _wait_until(lambda: bool(told), VERDICT_WAIT_S), "the killed pod was not declared lost"
+        assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "the killed pod was not declared lost"
         (lost,) = told[0]
         assert (lost.group_rank, lost.worker) == (1, "pod-1") and lost.last_seen_ns is not None
         assert peers.lost_peers() == (lost,)
@@ -171,13 +166,13 @@ def test_a_pod_whose_workers_fail_takes_the_verdict_a_link_gave_elsewhere_withou
         searching, _ = _watcher(server_port, 0, 3, lost_after_s=2 * VERDICT_WAIT_S)
         watcher, told = _watcher(server_port, 1, 3)
         try:
-            assert _wait_until(lambda: _linked(watcher), VERDICT_WAIT_S)
+            assert wait_until(lambda: _linked(watcher), VERDICT_WAIT_S)
             pod.kill()
             started = time.monotonic()
             (lost,) = searching.lost_peers()
             assert time.monotonic() - started < VERDICT_WAIT_S, "the search waited out its window"
             assert (lost.group_rank, lost.worker) == (2, "pod-2") and lost.last_seen_ns is not None
-            assert _wait_until(lambda: bool(told), VERDICT_WAIT_S) and told[0] == (lost,)
+            assert wait_until(lambda: bool(told), VERDICT_WAIT_S) and told[0] == (lost,)
         finally:
             searching.stop()
             watcher.stop()
@@ -191,10 +186,10 @@ def test_a_pod_that_said_it_was_done_and_exited_is_not_lost(
 ) -> None:
     peers, told = _watcher(server_port)
     try:
-        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
         _send(watched_pod, "finish")
         assert watched_pod.wait(timeout=VERDICT_WAIT_S) == 0
-        assert _wait_until(lambda: peers._current().link.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
+        assert wait_until(lambda: peers._current().link.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
         time.sleep(QUIET_S)
         assert told == []
     finally:
@@ -207,12 +202,12 @@ def test_a_frozen_pod_keeps_its_link_and_a_kill_while_frozen_closes_it(
     """A frozen pod closes nothing: only the silence limit can find it. Killed while frozen, it is gone."""
     peers, told = _watcher(server_port)
     try:
-        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
         os.kill(watched_pod.pid, signal.SIGSTOP)
         time.sleep(QUIET_S)
         assert told == []
         watched_pod.kill()
-        assert _wait_until(lambda: bool(told), VERDICT_WAIT_S)
+        assert wait_until(lambda: bool(told), VERDICT_WAIT_S)
     finally:
         peers.stop()
 
@@ -224,7 +219,7 @@ def test_a_forked_child_holds_no_copy_of_the_agent_s_link(
     its copies at the fork), and the child's own exit before it closes nothing."""
     peers, told = _watcher(server_port)
     try:
-        assert _wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
         _send(watched_pod, "fork")
         assert watched_pod.stdout is not None
         first = int(watched_pod.stdout.readline())
@@ -235,7 +230,7 @@ def test_a_forked_child_holds_no_copy_of_the_agent_s_link(
         survivor = int(watched_pod.stdout.readline())
         try:
             watched_pod.kill()  # the agent dies; its forked worker lives on
-            assert _wait_until(lambda: bool(told), VERDICT_WAIT_S), "the forked worker kept the link open"
+            assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "the forked worker kept the link open"
         finally:
             os.kill(survivor, signal.SIGKILL)
     finally:
@@ -247,11 +242,11 @@ def test_a_link_to_a_port_another_process_listens_on_is_never_made(server_port: 
     endpoint = link_hub().listen(("127.0.0.1", server_port))
     assert endpoint is not None
     stranger = link_hub().watch(LinkEndpoint(endpoint.host, server_port, endpoint.token), on_closed=lambda: None)
-    assert _wait_until(lambda: stranger.given_up, VERDICT_WAIT_S)
+    assert wait_until(lambda: stranger.given_up, VERDICT_WAIT_S)
     assert not stranger.established and not stranger.closed
     own = link_hub().watch(endpoint, on_closed=lambda: None)
     try:
-        assert _wait_until(lambda: own.established, VERDICT_WAIT_S)
+        assert wait_until(lambda: own.established, VERDICT_WAIT_S)
     finally:
         own.release()
 
@@ -270,6 +265,6 @@ def test_an_endpoint_reads_back_as_published() -> None:
 
 
 def test_the_store_address_is_found_under_its_prefixes(server_port: int) -> None:
-    store = TCPStore("127.0.0.1", server_port, is_master=False, wait_for_workers=False)
+    store = client(server_port)
     assert store_address(PrefixStore("a", PrefixStore("b", store))) == ("127.0.0.1", server_port)
     assert store_address(object()) is None

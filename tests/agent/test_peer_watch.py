@@ -7,12 +7,9 @@ beats many times within the window the tests give it.
 
 from __future__ import annotations
 
-import datetime
 import gc
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -24,15 +21,14 @@ from rootcause_core.testimony import LostPeer, Member
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 from testbed.sync import wait_until
+from testbed.tcp_store import client, master_store, store_in_process
 
 INTERVAL_S = 0.05
 #: Long against a heartbeat, so that a live peer on a busy machine is never taken for lost.
 WINDOW_S = 5.0
-
-
-def client(port: int) -> TCPStore:
-    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                    wait_for_workers=False)
+#: How long a test waits for what one pod writes (its entry, a beat, a verdict) to reach another, on a
+#: busy machine too; every wait ends as soon as it has.
+PATIENCE_S = 60.0
 
 
 def watch(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: bool = False,
@@ -43,9 +39,7 @@ def watch(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: b
 
 
 def wait_for_members(peers: PeerWatch, count: int) -> tuple[Member, ...]:
-    deadline = time.monotonic() + 60
-    while len(peers.members()) < count and time.monotonic() < deadline:
-        time.sleep(INTERVAL_S)
+    wait_until(lambda: len(peers.members()) >= count, PATIENCE_S)
     return peers.members()
 
 
@@ -93,7 +87,7 @@ def test_a_peer_that_stops_beating_without_a_word_is_lost_and_last_seen_at_its_l
 
 
 def test_when_the_store_goes_its_host_is_the_one_peer_named() -> None:
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+    server = master_store()
     port = server.port
     # the store's host pod (group rank 0) and two other pods, each its own client
     pods = [watch(f"train-worker-{r}", client(port), r, 3, hosts_store=r == 0) for r in range(3)]
@@ -119,9 +113,8 @@ def test_a_member_that_publishes_late_is_learned_long_before_the_next_heartbeat(
     slow = PeerWatch("train-worker-1", interval_s=120.0, lost_after_s=WINDOW_S)
     slow.joined(JoinedRound(client(server_port), 1, 2, (2, 3)))
     reader = client(server_port)
-    deadline = time.monotonic() + 60
-    while not reader.check(["rootcause/alive/1"]) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the peer's first look (at its first heartbeat) found no rank 0 yet
+    # the peer's first look (at its first heartbeat) found no rank 0 yet
+    wait_until(lambda: reader.check(["rootcause/alive/1"]), PATIENCE_S, interval_s=0.01)
     host = watch("train-worker-0", client(server_port), 0, 2, hosts_store=True)
     try:
         assert [m.worker for m in wait_for_members(slow, 2)] == ["train-worker-0", "train-worker-1"]
@@ -196,9 +189,7 @@ def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_
             pod.when_a_peer_fails(lambda name=pod.worker: calls.__setitem__(name, calls[name] + 1))
         stalled = CollectivePosition("0", 5, "gloo:all_reduce", 123)
         pods[2].announce_failure(stalled)
-        deadline = time.monotonic() + 60
-        while (calls["w0"] == 0 or calls["w1"] == 0) and time.monotonic() < deadline:
-            time.sleep(INTERVAL_S)
+        wait_until(lambda: calls["w0"] > 0 and calls["w1"] > 0, PATIENCE_S)
         time.sleep(10 * INTERVAL_S)  # more beats: still once each
         assert calls == {"w0": 1, "w1": 1, "w2": 0}
         assert pods[0].announced_stalls() == (stalled,) and pods[2].announced_stalls() == ()
@@ -307,10 +298,6 @@ def _healthy_watch(worker: str, store: TCPStore, rank: int, world: int, *, silen
     return peers, told
 
 
-def _wait_until(condition, timeout_s: float = 60) -> bool:  # type: ignore[no-untyped-def]
-    return wait_until(condition, timeout_s, INTERVAL_S)
-
-
 def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_pod_is_told(server_port: int) -> None:
     """Nothing fails (the frozen pod's sockets stay open): its watcher (the pod before it) declares it
     lost after the silence limit, and every other pod learns the verdict from the store."""
@@ -320,7 +307,7 @@ def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_po
             wait_for_members(peers, 4)
         pods[2][0].stop()  # frozen: no announcement, no "done", no more heartbeats
         for rank in (0, 1, 3):
-            assert _wait_until(lambda told=pods[rank][1]: bool(told)), f"pod {rank} was never told"
+            assert wait_until(lambda told=pods[rank][1]: bool(told), PATIENCE_S), f"pod {rank} was never told"
             (lost,) = pods[rank][1][0]
             assert (lost.group_rank, lost.worker) == (2, "w2") and lost.last_seen_ns is not None
         assert pods[3][0].declared_lost() == pods[3][1][0]
@@ -337,7 +324,8 @@ def test_two_silent_neighbours_are_both_found_the_watcher_moves_past_the_first(s
             wait_for_members(peers, 4)
         pods[1][0].stop()
         pods[2][0].stop()  # pod 1 watched pod 2: once pod 1 is lost, pod 0 watches pod 2
-        assert _wait_until(lambda: {p.group_rank for p in pods[3][0].lost_peers()} == {1, 2} if pods[3][1] else False)
+        assert wait_until(lambda: {p.group_rank for p in pods[3][0].lost_peers()} == {1, 2} if pods[3][1] else False,
+                          PATIENCE_S)
     finally:
         for peers, _ in pods:
             peers.stop()
@@ -367,7 +355,7 @@ def test_a_pod_never_seen_alive_after_the_rendezvous_is_declared_lost(server_por
     """Frozen between the rendezvous and its first heartbeat: no member entry, no beat, ever."""
     pods = [_healthy_watch(f"w{r}", client(server_port), r, 3) for r in (0, 2)]
     try:
-        assert _wait_until(lambda: bool(pods[0][1]))
+        assert wait_until(lambda: bool(pods[0][1]), PATIENCE_S)
         (lost,) = pods[0][1][0]
         assert (lost.group_rank, lost.last_seen_ns) == (1, None)
     finally:
@@ -379,27 +367,15 @@ def test_a_pod_never_seen_alive_after_the_rendezvous_is_declared_lost(server_por
 def test_when_the_store_s_host_freezes_each_pod_names_it_on_its_own() -> None:
     """The store freezes with its host: every store call times out (``BoundedStore``), and after the
     silence limit each pod declares the store's host lost without the store's help."""
-    server = subprocess.Popen(
-        [sys.executable, "-c",
-         "import time, datetime, torch.distributed as d\n"
-         "s = d.TCPStore('127.0.0.1', 0, is_master=True, timeout=datetime.timedelta(seconds=30), "
-         "wait_for_workers=False)\nprint(s.port, flush=True)\ntime.sleep(600)\n"],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
+    with store_in_process() as (server, port):
         pods = [_healthy_watch(f"w{r}", client(port), r, 3, hosts_store=r == 0) for r in range(3)]
         for peers, _ in pods:
             wait_for_members(peers, 3)
         os.kill(server.pid, signal.SIGSTOP)  # the store host's node freezes (its watch is frozen with it)
         pods[0][0].stop()
         for rank in (1, 2):
-            assert _wait_until(lambda told=pods[rank][1]: bool(told)), f"pod {rank} never named the store host"
+            assert wait_until(lambda told=pods[rank][1]: bool(told), PATIENCE_S), (
+                f"pod {rank} never named the store host")
             assert [(p.group_rank, p.worker) for p in pods[rank][1][0]] == [(0, "w0")]
         for peers, _ in pods:
             peers.stop()
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        server.kill()
-        server.wait()

@@ -9,7 +9,6 @@ kubelet's SIGTERM is a real signal to this process, raised by torch's own handle
 
 from __future__ import annotations
 
-import datetime
 import gc
 import logging
 import os
@@ -40,15 +39,9 @@ from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_agent_loop import AgentParts
 from rootcause_engine.worker.world_events import WorkerState as ChannelState
 from rootcause_engine.worker.world_events import WorldChangeEvent, events_path, read_events
+from testbed.tcp_store import client, master_store
 
 NEVER_S = 60.0
-
-
-@pytest.fixture
-def store() -> Iterator[TCPStore]:
-    """The job's rendezvous store (its host's server; every node of a test uses it)."""
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield server
 
 
 def _session(tmp_path: Path, worker: str = "pod-0", *, min_nodes: int = 1,
@@ -155,13 +148,13 @@ def test_workers_are_told_a_scale_up_for_a_join_and_a_scale_down_for_any_other_c
 
 
 def test_a_lost_peer_is_taken_out_of_the_world_and_the_others_go_on_without_it(
-    tmp_path: Path, store: TCPStore
+    tmp_path: Path, store_server: TCPStore
 ) -> None:
     """The loop of the first node that takes the verdict logs the peer lost; every node then forms the
     world without it. A verdict on a pod that is no member of the world (already gone) changes nothing."""
     session = _session(tmp_path, "pod-0")
-    loop = _loop_in_world(session, store, 0, 3)
-    one = SoftWorld(store, 1, "pod-1", range(3))
+    loop = _loop_in_world(session, store_server, 0, 3)
+    one = SoftWorld(store_server, 1, "pod-1", range(3))
     session.peers_lost((LostPeer(7, "stranger", None),))
     loop._scale_down_lost()
     assert not one.change_proposed()
@@ -175,14 +168,14 @@ def test_a_lost_peer_is_taken_out_of_the_world_and_the_others_go_on_without_it(
 
 
 def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhere(
-    tmp_path: Path, store: TCPStore
+    tmp_path: Path, store_server: TCPStore
 ) -> None:
     """Below ``min_nodes`` the job cannot go on: this node logs a fatal change naming the lost pod (every
     node's report names it), ends its own workers, and remembers why."""
     ended: list[str] = []
     session = _session(tmp_path, "pod-0", min_nodes=3, ended=ended)
-    loop = _loop_in_world(session, store, 0, 3)
-    two = SoftWorld(store, 2, "pod-2", range(3), min_nodes=3)
+    loop = _loop_in_world(session, store_server, 0, 3)
+    two = SoftWorld(store_server, 2, "pod-2", range(3), min_nodes=3)
     session.peers_lost((LostPeer(1, "pod-1", None),))
     loop._scale_down_lost()
     assert ended == ["pod-0"]
@@ -192,17 +185,19 @@ def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhe
     assert not any(change.op == "lost" for change in world.changes)  # ended, not scaled down
 
 
-def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(tmp_path: Path, store: TCPStore) -> None:
+def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(
+    tmp_path: Path, store_server: TCPStore
+) -> None:
     """The peer watch tells the loop *every* peer declared lost so far each time a new one is declared:
     two silent neighbours within one monitor interval reach the session as (pod-1,) then (pod-1, pod-2).
     The log must say pod-1 was lost once: a second entry is one more world proposal and a second
     "pod-1 was lost" line in every pod's report and Deck (the history is the log)."""
     session = _session(tmp_path, "pod-0")
-    loop = _loop_in_world(session, store, 0, 4)
+    loop = _loop_in_world(session, store_server, 0, 4)
     session.peers_lost((LostPeer(1, "pod-1", None),))
     session.peers_lost((LostPeer(1, "pod-1", None), LostPeer(2, "pod-2", None)))
     loop._scale_down_lost()
-    three = SoftWorld(store, 3, "pod-3", range(4))
+    three = SoftWorld(store_server, 3, "pod-3", range(4))
     while three.change_proposed():  # the survivors follow every proposed change, as their loops do
         final, _ = _next_worlds(three, loop.world)
     assert final.members == (0, 3)
@@ -213,12 +208,12 @@ def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(tmp_pa
 
 
 def test_a_node_leaving_for_good_is_logged_lost_once_and_the_others_form_the_world_without_it(
-    tmp_path: Path, store: TCPStore
+    tmp_path: Path, store_server: TCPStore
 ) -> None:
     """The stopped node takes itself out at once (the others need not wait for its heartbeat to stop);
     when the peer watch's verdict on it comes later, nobody logs it a second time."""
-    leaving = _loop_in_world(_session(tmp_path, "pod-1"), store, 1, 3)
-    zero, two = SoftWorld(store, 0, "pod-0", range(3)), SoftWorld(store, 2, "pod-2", range(3))
+    leaving = _loop_in_world(_session(tmp_path, "pod-1"), store_server, 1, 3)
+    zero, two = SoftWorld(store_server, 0, "pod-0", range(3)), SoftWorld(store_server, 2, "pod-2", range(3))
     leaving._leave_for_good(STOPPED_REASON)
     assert zero.change_proposed() and two.change_proposed()
     assert not zero.remove_lost(1, "pod-1", LOST_REASON)  # the verdict that follows: already logged
@@ -234,10 +229,8 @@ def test_leaving_for_good_before_any_world_or_after_the_store_went_never_raises(
     went: the peer watch finds this pod gone instead, and the stop itself (torch's ``SignalException``)
     must still end the launch, not a store error."""
     SoftRestartLoop(_session(tmp_path, "pod-0"))._leave_for_good(STOPPED_REASON)
-    host = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=5), wait_for_workers=False)
-    client = TCPStore("127.0.0.1", host.port, is_master=False, timeout=datetime.timedelta(seconds=5),
-                      wait_for_workers=False)
-    leaving = _loop_in_world(_session(tmp_path, "pod-1"), client, 1, 2)
+    host = master_store(timeout_s=5.0)
+    leaving = _loop_in_world(_session(tmp_path, "pod-1"), client(host.port, timeout_s=5.0), 1, 2)
     del host
     gc.collect()  # the server goes with its last reference, as with its pod
     with caplog.at_level(logging.WARNING, logger="rootcause_engine.agent.soft_restart_agent"):
@@ -299,13 +292,13 @@ def torch_sigterm_handler() -> Iterator[None]:
 
 @pytest.mark.usefixtures("torch_sigterm_handler")
 def test_a_pod_stopped_while_it_trains_leaves_the_world_for_good_and_the_stop_ends_its_launch(
-    tmp_path: Path, store: TCPStore
+    tmp_path: Path, store_server: TCPStore
 ) -> None:
     """The loop forms the first world from torch's rendezvous (ranks in torch's worker group, each worker's
     first event HEALTHY with its place and the world's store), then the SIGTERM comes: torch's
     ``SignalException`` ends the launch, and the others have this node's departure in the log already."""
     session = _session(tmp_path, "pod-1")
-    agent = _Agent(store, group_rank=1, group_world_size=3)
+    agent = _Agent(store_server, group_rank=1, group_world_size=3)
     with pytest.raises(SignalException):
         SoftRestartLoop(session)(cast(AgentParts, agent))
     assert agent.started == 1 and agent.ranks() == {0: (2, 6), 1: (3, 6)}
@@ -314,10 +307,10 @@ def test_a_pod_stopped_while_it_trains_leaves_the_world_for_good_and_the_stop_en
         assert first.worker_state is ChannelState.HEALTHY and first.worker_info is not None
         info = first.worker_info
         assert (info.rank, info.world_size, info.world_version) == (rank, 6, 0)
-        assert (info.master_addr, info.master_port) == ("127.0.0.1", store.port)
+        assert (info.master_addr, info.master_port) == ("127.0.0.1", store_server.port)
     assert session.worlds and session.worlds[0][:2] == (0, (0, 1, 2))
-    assert SoftWorld.running_job_nodes(store) == 3  # a rescheduled pod will find the job running
-    zero = SoftWorld(store, 0, "pod-0", range(3))
+    assert SoftWorld.running_job_nodes(store_server) == 3  # a rescheduled pod will find the job running
+    zero = SoftWorld(store_server, 0, "pod-0", range(3))
     assert zero.change_proposed()
     proposed = zero.peek()
     assert proposed.members == (0, 2)

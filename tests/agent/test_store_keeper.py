@@ -7,7 +7,6 @@ talks to both stores over loopback like any peer, and kills the agent as a lost 
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import signal
@@ -15,17 +14,17 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from torch.distributed import TCPStore
 
 from rootcause_engine.agent import store_keeper
 from rootcause_engine.agent.rendezvous_host import process_listens_on
 from rootcause_engine.agent.store_keeper import bind_listener, keeps_rendezvous_store, stores_kept
 from rootcause_harness.loopback import bound_dns_waits, free_port
+from testbed.sync import wait_until
+from testbed.tcp_store import client
 
 #: Generous on a busy machine; every wait below ends as soon as what it waits for is true.
 PATIENCE_S = 60.0
@@ -73,11 +72,6 @@ AGENT = textwrap.dedent(
 )
 
 
-def client(port: int) -> TCPStore:
-    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10),
-                    wait_for_workers=False)
-
-
 def refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
@@ -86,13 +80,6 @@ def refused(port: int) -> bool:
     except OSError:
         return False
     return False
-
-
-def wait_until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + PATIENCE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"still not {what} after {PATIENCE_S:g} s"
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -197,9 +184,11 @@ def test_the_stores_die_with_their_agent_even_one_killed_outright(agent_factory)
     agent.process.kill()  # the pod is lost
     agent.process.wait(timeout=PATIENCE_S)
     for keeper in keepers:
-        wait_until(lambda keeper=keeper: not alive(keeper), "gone, the keeper of a dead agent")
+        assert wait_until(lambda keeper=keeper: not alive(keeper), PATIENCE_S), (
+            f"the keeper of a dead agent still runs after {PATIENCE_S:g} s")
     for store_port in (port, agent.facts["workers_port"]):
-        wait_until(lambda store_port=store_port: refused(store_port), "refusing connections, a dead agent's store")
+        assert wait_until(lambda store_port=store_port: refused(store_port), PATIENCE_S), (
+            f"a dead agent's store still takes connections after {PATIENCE_S:g} s")
     with pytest.raises(RuntimeError):
         peer.get("still")
 

@@ -8,14 +8,11 @@ bounded steps, without waiting on the gap for ever.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import enum
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_engine.agent import store_values
 from rootcause_engine.agent.store_values import (
@@ -37,12 +34,6 @@ from rootcause_engine.agent.store_values import (
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def store() -> Iterator[Any]:
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield PrefixStore("round0", server)
-
-
 class Calls:
     """A store's ``call``, recording how many keys each operation was given."""
 
@@ -55,31 +46,31 @@ class Calls:
         return getattr(self.store, operation)(*args)
 
 
-def test_a_key_is_read_without_waiting_and_without_writing(store: Any) -> None:
-    call = Calls(store)
+def test_a_key_is_read_without_waiting_and_without_writing(prefixed_store: Any) -> None:
+    call = Calls(prefixed_store)
     started = time.monotonic()
-    assert read_value(call, "absent") is None and not store.check(["absent"])
+    assert read_value(call, "absent") is None and not prefixed_store.check(["absent"])
     assert time.monotonic() - started < 5  # a get would wait the client's 10 s
-    store.set("present", b"\x00\xffbytes")
+    prefixed_store.set("present", b"\x00\xffbytes")
     assert read_value(call, "present") == b"\x00\xffbytes"
 
 
 @pytest.mark.parametrize("forged", ["abc", "99999999999999999999999", "\xff", "-5", "12abc"])
-def test_a_forged_counter_reads_as_bad_and_the_reader_keeps_its_connection(store: Any, forged: str) -> None:
-    store.set("count", forged)
-    call = Calls(store)
+def test_a_forged_counter_reads_as_bad_and_the_reader_keeps_its_connection(prefixed_store: Any, forged: str) -> None:
+    prefixed_store.set("count", forged)
+    call = Calls(prefixed_store)
     assert read_counter(call, "count") is None  # not a count within [0, MAX_COUNT]
-    assert bump_counter(call, "count") is None and store.get("count") == forged.encode()  # nothing written
-    store.set("alive", "1")
-    assert store.get("alive") == b"1"  # the connection is still there: add(key, 0) would have closed it
+    assert bump_counter(call, "count") is None and prefixed_store.get("count") == forged.encode()  # nothing written
+    prefixed_store.set("alive", "1")
+    assert prefixed_store.get("alive") == b"1"  # the connection is still there: add(key, 0) would have closed it
 
 
-def test_a_counter_reads_zero_when_absent_and_refuses_past_its_cap(store: Any) -> None:
-    call = Calls(store)
+def test_a_counter_reads_zero_when_absent_and_refuses_past_its_cap(prefixed_store: Any) -> None:
+    call = Calls(prefixed_store)
     assert read_counter(call, "count") == 0
     assert bump_counter(call, "count", high=2) == 1 and bump_counter(call, "count", high=2) == 2
     assert bump_counter(call, "count", high=2) is None and read_counter(call, "count", high=2) == 2
-    store.set("huge", str(10**15))
+    prefixed_store.set("huge", str(10**15))
     assert read_counter(call, "huge") is None
 
 
@@ -125,43 +116,43 @@ def _log() -> StoreLog:
     return StoreLog("log/len", lambda index: f"log/{index}", max_entries=1000, grace_s=0.3)
 
 
-def test_a_gap_delays_no_later_entry_and_is_voided_after_the_grace(store: Any) -> None:
+def test_a_gap_delays_no_later_entry_and_is_voided_after_the_grace(prefixed_store: Any) -> None:
     """A writer that died between numbering its entry and writing it: the entries after it are read
     at once; the gap is voided after the grace, so a late writer numbers its entry again."""
-    log, call = _log(), Calls(store)
-    store.add("log/len", 1)  # numbered, never written
+    log, call = _log(), Calls(prefixed_store)
+    prefixed_store.add("log/len", 1)  # numbered, never written
     assert log.append(call, '"second"') == 2
     cursor = LogCursor(log)
     assert cursor.poll(call, 2) == [(2, b'"second"')] and cursor.pending(2)
     time.sleep(0.35)
     assert cursor.poll(call, 2) == [] and not cursor.pending(2)
-    assert store.get("log/1") == VOID
+    assert prefixed_store.get("log/1") == VOID
     # the late writer finds its number voided: its compare_set loses, it takes the next number
-    assert bytes(store.compare_set("log/1", "", '"late"')) == VOID
+    assert bytes(prefixed_store.compare_set("log/1", "", '"late"')) == VOID
     assert log.append(call, '"late"') == 3
     assert cursor.poll(call, 3) == [(3, b'"late"')]
 
 
-def test_a_reader_that_needs_the_whole_log_waits_for_a_gap_at_most_the_grace(store: Any) -> None:
-    log, call = _log(), Calls(store)
-    store.add("log/len", 1)
+def test_a_reader_that_needs_the_whole_log_waits_for_a_gap_at_most_the_grace(prefixed_store: Any) -> None:
+    log, call = _log(), Calls(prefixed_store)
+    prefixed_store.add("log/len", 1)
     log.append(call, '"b"')
     started = time.monotonic()
     assert LogCursor(log).read_through(call, 2, poll_s=0.01) == [(2, b'"b"')]
     assert 0.3 <= time.monotonic() - started < 5
 
 
-def test_an_inflated_counter_is_read_in_bounded_steps(store: Any) -> None:
+def test_an_inflated_counter_is_read_in_bounded_steps(prefixed_store: Any) -> None:
     """A counter forged far past what was written: every store call looks at no more than
     MAX_KEYS_PER_READ keys, and a count past the log's cap is no count at all."""
-    log, call = _log(), Calls(store)
-    store.add("log/len", 900)
+    log, call = _log(), Calls(prefixed_store)
+    prefixed_store.add("log/len", 900)
     assert log.length(call) == 900
     cursor = LogCursor(log)
     assert cursor.poll(call, 900) == []
     assert max(keys for _, keys in call.keys_per_call) <= MAX_KEYS_PER_READ
     assert cursor.next == MAX_KEYS_PER_READ + 1
-    store.add("log/len", 10**9)
+    prefixed_store.add("log/len", 10**9)
     assert log.length(call) is None and log.append(call, '"x"') is None
 
 

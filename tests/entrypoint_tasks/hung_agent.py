@@ -9,22 +9,15 @@ last-resort sink.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from typing import Any
 
 from flytekit import task
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from flytekitplugins_rootcause import ElasticRootCause
+from rootcause_harness.faults import hang_agent_monitor
 from tests.start_method import START_METHOD
 
-
-def _block_forever(self: Any, worker_group: Any) -> Any:
-    threading.Event().wait()
-
-
-LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
+hang_agent_monitor()
 
 
 @task(

@@ -6,7 +6,6 @@ agreement runs on a thread of its own, as each pod's does in its own process.
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
 
@@ -17,6 +16,7 @@ from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
+from testbed.tcp_store import client, master_store
 from tests.flyte2.test_agreed_report import ROOT, VICTIM_0, VICTIM_1
 
 
@@ -24,14 +24,6 @@ def pod(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: boo
     peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=0.05, silence_limit_s=None)
     peers.joined(JoinedRound(store, rank, world, (2 * rank, 2 * rank + 1)))
     return peers
-
-
-def server() -> TCPStore:
-    return TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-
-
-def client(port: int) -> TCPStore:
-    return TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
 
 
 def agree_on_threads(peers: list[PeerWatch], words: list[PodWord], timeout_s: float) -> list[AgreedReport]:
@@ -50,7 +42,7 @@ def agree_on_threads(peers: list[PeerWatch], words: list[PodWord], timeout_s: fl
 
 
 def test_every_failing_pod_takes_the_same_report_and_it_names_the_root_cause() -> None:
-    store = server()
+    store = master_store()
     peers = [pod("pod-0", store, 0, 2, hosts_store=True), pod("pod-1", client(store.port), 1, 2)]
     try:
         # the victim's pod speaks first, the root cause's pod second: the order must not matter
@@ -63,7 +55,7 @@ def test_every_failing_pod_takes_the_same_report_and_it_names_the_root_cause() -
 
 
 def test_a_pod_whose_peer_never_speaks_writes_its_own_word_after_the_bounded_wait() -> None:
-    store = server()
+    store = master_store()
     alone = pod("pod-0", store, 0, 2, hosts_store=True)
     try:
         started = time.monotonic()
@@ -76,7 +68,7 @@ def test_a_pod_whose_peer_never_speaks_writes_its_own_word_after_the_bounded_wai
 
 
 def test_a_pod_that_cannot_reach_the_store_writes_its_own_word_without_raising() -> None:
-    store = server()
+    store = master_store()
     cut_off = pod("pod-1", client(store.port), 1, 2)
     del store  # the store's host is gone: its server closes every connection
     try:
@@ -90,7 +82,7 @@ def test_a_pod_that_cannot_reach_the_store_writes_its_own_word_without_raising()
 
 
 def test_a_pod_does_not_wait_for_a_peer_its_diagnosis_found_lost() -> None:
-    store = server()
+    store = master_store()
     survivor = pod("pod-0", store, 0, 2, hosts_store=True)
     word = PodWord("pod-0", (VICTIM_0,), (LostPeer(1, "pod-1", None),))
     try:

@@ -4,26 +4,17 @@ worker fails with a plain exception, which Flyte 2 would retry, so the job heals
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rootcause_harness.flyte2 import training
 from rootcause_harness.flyte2.job import JobSpec, run_job
-from rootcause_harness.soft_training_loop import read_worker_logs
+from rootcause_harness.soft_training_loop import changes_of, read_worker_logs, steps_of
 from tests.flyte2.succeeded_jobs import assert_no_pod_wrote_an_error
 
 pytestmark = pytest.mark.slow
 
 EXPECTED = training.SOFT_STEPS * (training.SOFT_STEPS + 1) / 2  # each step adds the mean of (step + 1)
-
-
-def _steps(events: list[dict[str, Any]]) -> list[int]:
-    return [int(e["step"]) for e in events if e["event"] == "step"]
-
-
-def _changes(events: list[dict[str, Any]]) -> list[str | None]:
-    return [e["change"] for e in events if e["event"] == "world"]
 
 
 def test_survivors_keep_their_processes_while_the_failed_pod_restarts_and_the_action_succeeds(tmp_path: Path) -> None:
@@ -41,13 +32,13 @@ def test_survivors_keep_their_processes_while_the_failed_pod_restarts_and_the_ac
             # the failed pod's workers all restarted, and resumed from the survivors' step
             assert len(processes) == 2, (pod, local_rank, logs)
             first, restarted = processes
-            assert _steps(first) == list(range(1, training.SOFT_FAIL_STEP + 1)), logs
-            assert _steps(restarted)[0] > training.SOFT_FAIL_STEP + 1, logs
-            assert _steps(restarted)[-1] == training.SOFT_STEPS, logs
+            assert steps_of(first) == list(range(1, training.SOFT_FAIL_STEP + 1)), logs
+            assert steps_of(restarted)[0] > training.SOFT_FAIL_STEP + 1, logs
+            assert steps_of(restarted)[-1] == training.SOFT_STEPS, logs
         else:
             # a survivor: one process, every step once and in order, through a scale-down and a scale-up
             assert len(processes) == 1, (pod, local_rank, logs)
-            assert _steps(processes[0]) == list(range(1, training.SOFT_STEPS + 1)), logs
-            assert _changes(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
+            assert steps_of(processes[0]) == list(range(1, training.SOFT_STEPS + 1)), logs
+            assert changes_of(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
             sizes = [e["world_size"] for e in processes[0] if e["event"] == "world"]
             assert sizes == [4, 2, 4], logs

@@ -10,22 +10,15 @@ which imports the module to serialize the task, is left as it is.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from typing import Any
 
 import flyte
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from flyteplugins.rootcause import ElasticRootCause
-
-
-def _block_forever(self: Any, worker_group: Any) -> Any:
-    threading.Event().wait()
-
+from rootcause_harness.faults import hang_agent_monitor
 
 if os.environ.get("FLYTE_INTERNAL_WORKER_NAME"):
-    LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
+    hang_agent_monitor()
 
 hung = flyte.TaskEnvironment(
     name="hung_agent",

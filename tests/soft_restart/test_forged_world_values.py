@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 
 from rootcause_engine.agent.soft_world import SoftWorld, World, WorldUnreadable
 from rootcause_engine.agent.store_values import GAP_GRACE_S, VOID
@@ -24,16 +22,6 @@ from rootcause_engine.agent.store_values import GAP_GRACE_S, VOID
 pytestmark = pytest.mark.timeout(120)
 
 BOMB = b"[" * 100_000
-
-
-@pytest.fixture
-def server() -> Iterator[dist.TCPStore]:
-    yield dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False)
-
-
-@pytest.fixture
-def store(server: dist.TCPStore) -> Any:
-    return dist.PrefixStore("job", server)
 
 
 def _node(store: Any, node: int, nodes: int = 3) -> SoftWorld:
@@ -65,43 +53,43 @@ def _scale_down_without_node_1(store: Any) -> list[World]:
     b'{"op": "leave", "node": 0, "name": "' + b"n" * 20_000 + b'"}',
     b"\xff\xfe",
 ], ids=["bomb", "node-a-string", "unknown-op", "negative-node", "oversized", "not-utf8"])
-def test_a_forged_log_entry_is_skipped_by_every_node_alike(store: Any, entry: bytes) -> None:
-    store.add("rootcause/soft/log/len", 1)
-    store.set("rootcause/soft/log/1", entry)
-    worlds = _scale_down_without_node_1(store)
+def test_a_forged_log_entry_is_skipped_by_every_node_alike(prefixed_store: Any, entry: bytes) -> None:
+    prefixed_store.add("rootcause/soft/log/len", 1)
+    prefixed_store.set("rootcause/soft/log/1", entry)
+    worlds = _scale_down_without_node_1(prefixed_store)
     assert {(w.version, w.members) for w in worlds} == {(1, (0, 2))}
     assert [(c.op, c.node) for c in worlds[0].changes] == [("leave", 1)]
 
 
-def test_a_gap_in_the_log_is_waited_for_at_most_the_grace_then_voided(store: Any) -> None:
+def test_a_gap_in_the_log_is_waited_for_at_most_the_grace_then_voided(prefixed_store: Any) -> None:
     """A node that died between numbering its change and writing it: the others form their world
     after the grace, every one without the change, and the late writer numbers it again."""
-    store.add("rootcause/soft/log/len", 1)  # numbered, never written
+    prefixed_store.add("rootcause/soft/log/len", 1)  # numbered, never written
     started = time.monotonic()
-    worlds = _scale_down_without_node_1(store)
+    worlds = _scale_down_without_node_1(prefixed_store)
     assert {(w.version, w.members) for w in worlds} == {(1, (0, 2))}
     assert GAP_GRACE_S <= time.monotonic() - started < GAP_GRACE_S + 10
-    assert store.get("rootcause/soft/log/1") == VOID
+    assert prefixed_store.get("rootcause/soft/log/1") == VOID
 
 
 @pytest.mark.parametrize("proposal", [b"abc", BOMB, b"-3", str(10**9).encode()], ids=["text", "bomb", "neg", "huge"])
-def test_a_forged_proposal_is_a_void_world_every_node_passes_over(store: Any, proposal: bytes) -> None:
-    store.set("rootcause/soft/world/1", proposal)
-    worlds = _scale_down_without_node_1(store)
+def test_a_forged_proposal_is_a_void_world_every_node_passes_over(prefixed_store: Any, proposal: bytes) -> None:
+    prefixed_store.set("rootcause/soft/world/1", proposal)
+    worlds = _scale_down_without_node_1(prefixed_store)
     assert {(w.version, w.members) for w in worlds} == {(2, (0, 2))}
-    assert store.get("rootcause/soft/decided/1") == b"abandoned"
+    assert prefixed_store.get("rootcause/soft/decided/1") == b"abandoned"
 
 
-def test_a_forged_decision_abandons_the_world_and_the_next_one_forms(store: Any) -> None:
-    store.set("rootcause/soft/decided/1", b"\xffgarbage")
-    worlds = _scale_down_without_node_1(store)
+def test_a_forged_decision_abandons_the_world_and_the_next_one_forms(prefixed_store: Any) -> None:
+    prefixed_store.set("rootcause/soft/decided/1", b"\xffgarbage")
+    worlds = _scale_down_without_node_1(prefixed_store)
     assert {(w.version, w.members) for w in worlds} == {(2, (0, 2))}
 
 
 @pytest.mark.parametrize("counter", [b"abc", str(10**9).encode(), b"9" * 40], ids=["text", "huge", "overflow"])
-def test_a_log_counter_that_is_no_count_is_a_clear_error_not_a_hang(store: Any, counter: bytes) -> None:
-    store.set("rootcause/soft/log/len", counter)
-    one = _node(store, 1)
+def test_a_log_counter_that_is_no_count_is_a_clear_error_not_a_hang(prefixed_store: Any, counter: bytes) -> None:
+    prefixed_store.set("rootcause/soft/log/len", counter)
+    one = _node(prefixed_store, 1)
     started = time.monotonic()
     with pytest.raises(WorldUnreadable):
         one.leave("worker raised")
@@ -111,20 +99,21 @@ def test_a_log_counter_that_is_no_count_is_a_clear_error_not_a_hang(store: Any, 
     assert one.job_finished()
 
 
-def test_a_forged_job_value_or_pod_counter_starts_no_wrong_world(store: Any) -> None:
-    store.set("rootcause/soft/job", BOMB)
-    assert SoftWorld.running_job_nodes(store) is None and SoftWorld.join_running(store, "late") is None
-    store.set("rootcause/soft/job", b'{"nodes": "3"}')
-    assert SoftWorld.running_job_nodes(store) is None
-    store.set("rootcause/soft/job", b'{"nodes": 3}')
-    store.set("rootcause/soft/added", b"abc")
+def test_a_forged_job_value_or_pod_counter_starts_no_wrong_world(prefixed_store: Any) -> None:
+    prefixed_store.set("rootcause/soft/job", BOMB)
+    assert SoftWorld.running_job_nodes(prefixed_store) is None
+    assert SoftWorld.join_running(prefixed_store, "late") is None
+    prefixed_store.set("rootcause/soft/job", b'{"nodes": "3"}')
+    assert SoftWorld.running_job_nodes(prefixed_store) is None
+    prefixed_store.set("rootcause/soft/job", b'{"nodes": 3}')
+    prefixed_store.set("rootcause/soft/added", b"abc")
     with pytest.raises(WorldUnreadable):
-        SoftWorld.join_running(store, "late")
+        SoftWorld.join_running(prefixed_store, "late")
 
 
-def test_a_forged_lost_claim_is_no_claim(store: Any) -> None:
-    store.set("rootcause/soft/lost/2", b"\xff" * 10)
-    assert not _node(store, 0).remove_lost(2, "pod-2", "sent no heartbeat")
+def test_a_forged_lost_claim_is_no_claim(prefixed_store: Any) -> None:
+    prefixed_store.set("rootcause/soft/lost/2", b"\xff" * 10)
+    assert not _node(prefixed_store, 0).remove_lost(2, "pod-2", "sent no heartbeat")
 
 
 def test_every_call_of_a_soft_world_has_a_deadline() -> None:

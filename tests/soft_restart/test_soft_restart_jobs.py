@@ -29,7 +29,7 @@ from rootcause_harness.flytekit.soft_training import (
     soft_train_2x2_spawned,
     soft_train_3x1_spawned,
 )
-from rootcause_harness.soft_training_loop import read_worker_logs
+from rootcause_harness.soft_training_loop import changes_of, read_worker_logs, steps_of
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 
@@ -51,14 +51,6 @@ def _run(store: ObjectStore, tmp_path: Path, task: PythonTask, nnodes: int, npro
 
 def _output(store: ObjectStore, result: JobResult) -> float:
     return read_outputs(store, result.output_prefix).literals["o0"].scalar.primitive.float_value
-
-
-def _steps(events: list[dict[str, Any]]) -> list[int]:
-    return [int(e["step"]) for e in events if e["event"] == "step"]
-
-
-def _changes(events: list[dict[str, Any]]) -> list[str | None]:
-    return [e["change"] for e in events if e["event"] == "world"]
 
 
 @pytest.mark.parametrize(
@@ -88,14 +80,14 @@ def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
             # the failed pod's workers all restarted (soft-no-replace: the node restarts as a whole) ...
             assert len(processes) == 2, (pod, local_rank, logs)
             first, restarted = processes
-            assert _steps(first) == [1, 2, 3, 4], logs
+            assert steps_of(first) == [1, 2, 3, 4], logs
             # ... and resumed from the survivors' step, never from step 0
-            assert _steps(restarted)[0] > 5 and _steps(restarted)[-1] == STEPS, logs
+            assert steps_of(restarted)[0] > 5 and steps_of(restarted)[-1] == STEPS, logs
         else:
             # a survivor: one process, every step once and in order, through a scale-down and a scale-up
             assert len(processes) == 1, (pod, local_rank, logs)
-            assert _steps(processes[0]) == list(range(1, STEPS + 1)), logs
-            assert _changes(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
+            assert steps_of(processes[0]) == list(range(1, STEPS + 1)), logs
+            assert changes_of(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
             sizes = [e["world_size"] for e in processes[0] if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
     assert all(pod.returncode == 0 for pod in result.pods), logs
@@ -122,7 +114,7 @@ def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(
     assert {pod for pod, _ in workers} == {f"train-worker-{index}" for index in range(nnodes)}, logs
     for (pod, _), processes in workers.items():
         if pod != "train-worker-1":  # survivors: one process each, every step once, to the end
-            assert len(processes) == 1 and _steps(processes[0]) == list(range(1, STEPS + 1)), logs
+            assert len(processes) == 1 and steps_of(processes[0]) == list(range(1, STEPS + 1)), logs
     restarted_log = next(pod.log_path for pod in result.pods if pod.name == "train-worker-1").read_text()
     assert "the training finished while this node restarted" in restarted_log, logs  # its pod log says why
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
@@ -150,8 +142,8 @@ def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
     workers = read_worker_logs(result.sim_dir)
     for pod in survivors:
         (process,) = workers[(pod.name, 0)]
-        assert _steps(process) == list(range(1, STEPS + 1)), logs
-        assert _changes(process) == [None, "SCALE_DOWN"], logs
+        assert steps_of(process) == list(range(1, STEPS + 1)), logs
+        assert changes_of(process) == [None, "SCALE_DOWN"], logs
         assert [e["world_size"] for e in process if e["event"] == "world"] == [3, 2], logs
     # a vanished pod's watcher reads its link close, without waiting out the silence limit; a frozen
     # pod closes nothing
@@ -208,7 +200,7 @@ def test_the_hard_policy_restarts_every_worker_as_torch_does(file_store: ObjectS
     assert _output(file_store, result) == pytest.approx(EXPECTED), logs
     for (pod, local_rank), processes in read_worker_logs(result.sim_dir).items():
         assert len(processes) == 2, (pod, local_rank, logs)  # every worker of every pod restarted ...
-        assert _steps(processes[1])[0] == 1, logs  # ... from step 0 (no checkpoint in this loop)
+        assert steps_of(processes[1])[0] == 1, logs  # ... from step 0 (no checkpoint in this loop)
 
 
 def test_a_restarted_node_that_never_gets_ready_ends_the_job_instead_of_hanging_it(file_store: ObjectStore,
@@ -248,12 +240,12 @@ def test_a_pod_rescheduled_after_its_node_was_lost_joins_the_running_job(
         for local_rank in range(nproc):
             if pod.name == lost:
                 first, joined = workers[(pod.name, local_rank)]
-                assert _steps(first)[-1] <= 5, logs  # a peer may still finish step 5 as the pod goes
-                assert _steps(joined)[0] > 5 and _steps(joined)[-1] == STEPS, logs
+                assert steps_of(first)[-1] <= 5, logs  # a peer may still finish step 5 as the pod goes
+                assert steps_of(joined)[0] > 5 and steps_of(joined)[-1] == STEPS, logs
                 continue
             (process,) = workers[(pod.name, local_rank)]
-            assert _steps(process) == list(range(1, STEPS + 1)), logs
-            assert _changes(process) == [None, "SCALE_DOWN", "SCALE_UP"], logs
+            assert steps_of(process) == list(range(1, STEPS + 1)), logs
+            assert changes_of(process) == [None, "SCALE_DOWN", "SCALE_UP"], logs
             sizes = [e["world_size"] for e in process if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
@@ -280,5 +272,5 @@ def test_a_preempted_pod_is_the_recoverable_root_cause_and_its_peers_scale_down(
     for (pod, _), processes in workers.items():
         if pod != stopped:
             (process,) = processes  # a survivor keeps its process
-            assert _changes(process) == [None, "SCALE_DOWN"], logs
-            assert _steps(process) == list(range(1, STEPS + 1)), logs
+            assert changes_of(process) == [None, "SCALE_DOWN"], logs
+            assert steps_of(process) == list(range(1, STEPS + 1)), logs

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 
 from rootcause_engine.agent.soft_world import Change, SoftWorld, World, members_after
-from rootcause_harness.loopback import free_port
-
-
-@pytest.fixture
-def store() -> Iterator[Any]:
-    server = dist.TCPStore("127.0.0.1", free_port(), is_master=True, timeout=timedelta(seconds=10),
-                           wait_for_workers=False)
-    yield dist.PrefixStore("round0", server)
 
 
 def _node(store: Any, node: int, nodes: int = 3) -> SoftWorld:
@@ -48,8 +38,8 @@ def test_the_log_decides_the_members_in_node_order() -> None:
     assert members_after(range(3), [*changes, fatal]) == ((1,), fatal)
 
 
-def test_a_node_leaves_the_others_form_a_world_without_it_then_it_joins_back(store: Any) -> None:
-    zero, one, two = _node(store, 0), _node(store, 1), _node(store, 2)
+def test_a_node_leaves_the_others_form_a_world_without_it_then_it_joins_back(prefixed_store: Any) -> None:
+    zero, one, two = _node(prefixed_store, 0), _node(prefixed_store, 1), _node(prefixed_store, 2)
     assert not zero.change_proposed()
     one.leave("worker raised")
     assert zero.change_proposed() and two.change_proposed()
@@ -70,26 +60,26 @@ def _after_proposal(world: SoftWorld) -> World:
     return world.next_world(10)
 
 
-def test_a_fatal_failure_reaches_every_node_without_forming_a_world(store: Any) -> None:
-    zero, two = _node(store, 0), _node(store, 2)
-    _node(store, 1).fail_job("not recoverable")
+def test_a_fatal_failure_reaches_every_node_without_forming_a_world(prefixed_store: Any) -> None:
+    zero, two = _node(prefixed_store, 0), _node(prefixed_store, 2)
+    _node(prefixed_store, 1).fail_job("not recoverable")
     for world in (zero, two):
         assert world.change_proposed()
         result = world.next_world(10)
         assert result.fatal is not None and (result.fatal.name, result.fatal.reason) == ("pod-1", "not recoverable")
 
 
-def test_a_member_that_never_arrives_is_logged_lost_and_the_others_go_on(store: Any) -> None:
-    zero = _node(store, 0)
-    _node(store, 1).leave("worker raised")
+def test_a_member_that_never_arrives_is_logged_lost_and_the_others_go_on(prefixed_store: Any) -> None:
+    zero = _node(prefixed_store, 0)
+    _node(prefixed_store, 1).leave("worker raised")
     # node 2 is gone with its whole pod: it never arrives at world 1
     world = zero.next_world(timeout_s=0.3)
     assert (world.version, world.members) == (2, (0,))
     assert [(c.op, c.node) for c in world.changes] == [("leave", 1), ("lost", 2)]
 
 
-def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees_on(store: Any) -> None:
-    zero, one, two = _node(store, 0), _node(store, 1), _node(store, 2)
+def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees_on(prefixed_store: Any) -> None:
+    zero, one, two = _node(prefixed_store, 0), _node(prefixed_store, 1), _node(prefixed_store, 2)
     two.leave("worker raised")
     one.leave("worker raised")  # both in world 1's proposal or one after the other: either way one order
     one_back = threading.Thread(target=lambda: results.append(one.join(10)))
@@ -102,9 +92,9 @@ def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees
     assert results and (results[0].version, results[0].members) == (final.version, final.members)
 
 
-def test_no_world_smaller_than_the_minimum_forms_its_members_wait_for_a_node_to_come_back(store: Any) -> None:
-    zero = SoftWorld(store, 0, "pod-0", range(2), min_nodes=2)
-    one = SoftWorld(store, 1, "pod-1", range(2), min_nodes=2)
+def test_no_world_smaller_than_the_minimum_forms_its_members_wait_for_a_node_to_come_back(prefixed_store: Any) -> None:
+    zero = SoftWorld(prefixed_store, 0, "pod-0", range(2), min_nodes=2)
+    one = SoftWorld(prefixed_store, 1, "pod-1", range(2), min_nodes=2)
     one.leave("worker raised")  # world 1 would be pod-0 alone
     results: list[World] = []
     waiter = threading.Thread(target=lambda: results.append(zero.next_world(10)))
@@ -116,30 +106,31 @@ def test_no_world_smaller_than_the_minimum_forms_its_members_wait_for_a_node_to_
     assert (back.version, back.members) == (results[0].version, results[0].members) == (2, (0, 1))
 
 
-def test_a_node_waiting_for_a_world_that_is_never_proposed_gives_up_clearly(store: Any) -> None:
-    zero = SoftWorld(store, 0, "pod-0", range(2), min_nodes=2)
-    SoftWorld(store, 1, "pod-1", range(2), min_nodes=2).leave("worker raised")
+def test_a_node_waiting_for_a_world_that_is_never_proposed_gives_up_clearly(prefixed_store: Any) -> None:
+    zero = SoftWorld(prefixed_store, 0, "pod-0", range(2), min_nodes=2)
+    SoftWorld(prefixed_store, 1, "pod-1", range(2), min_nodes=2).leave("worker raised")
     with pytest.raises(TimeoutError, match=r"no world 2 was proposed within 0\.2 s"):
         zero.next_world(0.2)
 
 
-def test_a_pod_arriving_once_the_job_runs_joins_its_latest_world_as_a_new_node(store: Any) -> None:
+def test_a_pod_arriving_once_the_job_runs_joins_its_latest_world_as_a_new_node(prefixed_store: Any) -> None:
     """A rescheduled pod (or a late one) finds the running job in the store, takes the next free node
     index (never a lost pod's: its verdict may still be on its way) and joins after the latest
     formed world; nodes joined later end in their own barrier, not torch's first-world one."""
-    assert SoftWorld.running_job_nodes(store) is None and SoftWorld.join_running(store, "early") is None
-    zero, one = _node(store, 0), _node(store, 1)  # node 2 is lost
+    assert SoftWorld.running_job_nodes(prefixed_store) is None
+    assert SoftWorld.join_running(prefixed_store, "early") is None
+    zero, one = _node(prefixed_store, 0), _node(prefixed_store, 1)  # node 2 is lost
     zero.announce_running()
-    assert SoftWorld.running_job_nodes(store) == 3
+    assert SoftWorld.running_job_nodes(prefixed_store) == 3
     assert zero.first_world_barrier()
     assert zero.remove_lost(2, "pod-2", "sent no heartbeat")
     _in_threads(lambda: zero.next_world(10), lambda: one.next_world(10))
     assert not zero.first_world_barrier()  # a node was lost: torch's barrier would wait for it
-    new = SoftWorld.join_running(store, "pod-2")
+    new = SoftWorld.join_running(prefixed_store, "pod-2")
     assert new is not None and new.node == 3 and new.current.members == (0, 1) and new.current.version == 1
     assert not new.first_world_barrier()
     grown = _in_threads(lambda: new.join(10), lambda: zero.next_world(10), lambda: one.next_world(10))
     assert {(w.version, w.members) for w in grown} == {(2, (0, 1, 3))}
     assert grown[0].group_rank(3) == 2 and grown[0].grew
-    late = SoftWorld.join_running(store, "late")
+    late = SoftWorld.join_running(prefixed_store, "late")
     assert late is not None and late.node == 4  # the next one gets the next index

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from typing import Any
 
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-
 from rootcause_engine.agent.failure_sink import register_failure_sink
+from rootcause_harness.faults import hang_agent_monitor
 from tests.watchdog_tasks.tasks import dies_under_a_hung_agent
-
-
-def _block_forever(self: Any, worker_group: Any) -> Any:
-    threading.Event().wait()
 
 
 def write_json(path: str) -> Any:
@@ -49,7 +43,7 @@ def write_json(path: str) -> Any:
 
 if __name__ == "__main__":
     out_path, marker_dir = sys.argv[1], sys.argv[2]
-    LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
+    hang_agent_monitor()
     register_failure_sink(write_json(out_path), destination=out_path)
     dies_under_a_hung_agent(marker_dir=marker_dir)
     sys.exit(99)
