@@ -41,7 +41,7 @@ from rootcause_core.worker_names import current_worker_name, display_worker_name
 from rootcause_engine.agent.death_watcher import ProcessExit
 from rootcause_engine.agent.diagnosis.pipeline import report_for
 from rootcause_engine.agent.diagnosis.selection import rank_failures
-from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_record import WorkerRecord
 from rootcause_engine.worker.recorder import build_error_file, read_error_file
 from testbed.object_stores import ObjectStore

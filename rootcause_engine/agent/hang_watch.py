@@ -43,7 +43,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
     waits_of,
     waits_text,
 )
-from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
@@ -97,14 +97,14 @@ class HangWatch:
 
     def __init__(
         self,
-        observer: LaunchObserver,
+        ledger: LaunchLedger,
         peers: PeerWatch | None,
         settings: HangSettings,
         *,
         on_hung: Callable[[dict[int, NoProgressVerdict]], None] | None = None,
         worker_name: str = "",
     ) -> None:
-        self.observer = observer
+        self.ledger = ledger
         self.peers = peers
         self.settings = settings
         self.on_hung = on_hung
@@ -178,13 +178,13 @@ class HangWatch:
 
     def _live_workers(self) -> list[_Followed]:
         """The running attempt's live workers, each looked at now (none once its teardown began)."""
-        attempt = self.observer.last_attempt()
-        if attempt is None or self.observer.teardown_ns(attempt) is not None:
+        attempt = self.ledger.last_attempt()
+        if attempt is None or self.ledger.teardown_ns(attempt) is not None:
             return []
         self._attempt = attempt
         looked = []
-        for worker in self.observer.workers_of(attempt):
-            if self.observer.watcher.exit_of(worker.pid) is not None or not worker.error_file:
+        for worker in self.ledger.workers_of(attempt):
+            if self.ledger.watcher.exit_of(worker.pid) is not None or not worker.error_file:
                 continue
             usage = process_tree_usage(worker.pid)
             if usage is None:

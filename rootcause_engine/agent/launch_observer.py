@@ -1,5 +1,10 @@
 """Agent side: see every worker torch elastic starts, and when the agent begins tearing them down.
 
+This module installs the wraps; what they see is kept by three parts of the observer, one job each:
+the :class:`~.launch_ledger.LaunchLedger` (workers, and the moments of teardowns and phases), the
+:class:`~.worker_ends.WorkerEnds` (torch's process contexts, read for how each worker ended) and the
+:class:`~.worker_teardown.WorkerTeardown` (the one policy that ends workers).
+
 torch's ``LocalElasticAgent`` starts each attempt's workers with ``start_processes`` and ends them
 with ``PContext.close`` (SIGTERM, then SIGKILL after a timeout). While a launch runs, this module
 wraps that one function in the agent module, so that for each new process context it:
@@ -13,7 +18,7 @@ wraps that one function in the agent module, so that for each new process contex
   context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
   hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
   wrapper sees the failure first and ends the others itself under the configured grace
-  (:meth:`LaunchObserver.end_workers`); torch's join then finds everyone gone and reports the
+  (``WorkerTeardown.end_workers``); torch's join then finds everyone gone and reports the
   failed worker.
 
 Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
@@ -28,39 +33,20 @@ checks the torch version before the first patch.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
-import logging
 import multiprocessing.connection
 import os
 import pickle
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rootcause_core.roles import is_victim_message
-from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
+from rootcause_engine.agent.death_watcher import DeathWatcher
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch
-from rootcause_engine.agent.teardown import terminate_then_kill
-from rootcause_engine.agent.worker_probe import ProbeAnswer, probe_workers
+from rootcause_engine.agent.worker_ends import WorkerEnds
+from rootcause_engine.agent.worker_teardown import WorkerTeardown
 from rootcause_engine.upstream import torch_elastic
-from rootcause_engine.worker.recorder import read_error_file
-
-logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchedWorker:
-    """One worker process of one attempt, as torch's agent configured it."""
-
-    attempt: int
-    local_rank: int
-    global_rank: int | None
-    group_rank: int | None
-    pid: int
-    error_file: str
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -71,211 +57,22 @@ def _int_or_none(value: Any) -> int | None:
 
 
 class LaunchObserver:
-    """Collects the workers, exits and teardown times of one ``elastic_launch``."""
+    """One ``elastic_launch`` seen through torch's own calls, and the parts that keep what it saw.
+
+    ``ledger``: the workers and the moments of teardowns and phases; ``ends``: torch's process
+    contexts, read for how each worker ended; ``teardown``: the one policy that ends workers. This
+    class only installs the wraps that feed them (:meth:`on_started`).
+    """
 
     def __init__(
         self, watcher: DeathWatcher, *, teardown_grace_s: float | None = None, probe_before_teardown: bool = False
     ) -> None:
         self.watcher = watcher
-        self.teardown_grace_s = teardown_grace_s
-        self.probe_before_teardown = probe_before_teardown
-        self._probes: dict[int, ProbeAnswer] = {}
-        self._lock = threading.Lock()
-        self._workers: list[LaunchedWorker] = []
-        self._teardown_ns: dict[int, int] = {}
-        self._teardown_done_ns: dict[int, int] = {}
-        self._signals_ns: dict[int, int] = {}
-        self._contexts: dict[int, Any] = {}
-        self._rendezvous_since_ns: int | None = None
-        self._exit_barrier_since_ns: int | None = None
-        self._exit_barrier_left_ns: int | None = None
-
-    @property
-    def workers(self) -> list[LaunchedWorker]:
-        with self._lock:
-            return list(self._workers)
-
-    def last_attempt(self) -> int | None:
-        with self._lock:
-            return max((w.attempt for w in self._workers), default=None)
-
-    def workers_of(self, attempt: int) -> list[LaunchedWorker]:
-        with self._lock:
-            return [w for w in self._workers if w.attempt == attempt]
-
-    def teardown_ns(self, attempt: int) -> int | None:
-        with self._lock:
-            return self._teardown_ns.get(attempt)
-
-    def note_teardown(self, attempt: int) -> int:
-        """Record that tearing down ``attempt``'s workers begins now (the first call wins).
-
-        Every exit the kernel already reports is recorded first: a worker that died before this
-        moment is no victim of the teardown, even when the watcher thread has not had the CPU to
-        stamp it yet.
-        """
-        return self._stamp_after_known_exits(self._teardown_ns, attempt)
-
-    def note_signals(self, attempt: int) -> int:
-        """Record that the first termination signal to ``attempt``'s workers goes out now (the first call wins).
-
-        Later than :meth:`note_teardown` by the probe (:meth:`probe_live_workers`) and the agent's
-        own scheduling: a worker that records a failure of its own in between failed before anything
-        reached it, so it is no victim of the teardown. This, not the teardown's start, is the
-        moment the roles are judged by (``diagnosis.selection``). Exits the kernel already reports
-        are recorded first, as for the teardown's start.
-        """
-        return self._stamp_after_known_exits(self._signals_ns, attempt)
-
-    def _stamp_after_known_exits(self, stamps: dict[int, int], attempt: int) -> int:
-        """Record every exit the kernel reports for ``attempt``, then stamp now in ``stamps`` (first wins)."""
-        for worker in self.workers_of(attempt):
-            self.watcher.confirm_exit(worker.pid)
-        with self._lock:
-            return stamps.setdefault(attempt, time.time_ns())
-
-    def signals_ns(self, attempt: int) -> int | None:
-        with self._lock:
-            return self._signals_ns.get(attempt)
-
-    def note_teardown_done(self, attempt: int) -> None:
-        """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
-        with self._lock:
-            self._teardown_done_ns.setdefault(attempt, time.time_ns())
-
-    def probe_live_workers(self, attempt: int, *, asked: bool = False) -> None:
-        """Ask ``attempt``'s live workers where they are (``worker_probe``), once, before they are ended.
-
-        Only with ``probe_before_teardown``, and only when ``asked`` (another pod's failure ended
-        this one's workers) or a worker of the attempt failed the way a peer's hang shows
-        (:meth:`stall_suspected`): a failure that names its own cause costs the teardown nothing.
-        The answers are kept for the diagnosis (:meth:`probe_of`). A worker that recorded its error
-        is not asked: its failure is known, and it may be shutting its interpreter down, which
-        restores the signal's default action (death by the probe).
-        """
-        if not self.probe_before_teardown or not (asked or self.stall_suspected(attempt)):
-            return
-        with self._lock:
-            answered = set(self._probes)
-        live = [
-            (worker.pid, worker.error_file)
-            for worker in self.workers_of(attempt)
-            if worker.pid not in answered
-            and not (worker.error_file and os.path.exists(worker.error_file))
-            and self.watcher.confirm_exit(worker.pid) is None
-        ]
-        if not live:
-            return
-        answers = probe_workers(live)
-        with self._lock:
-            self._probes.update(answers)
-
-    def stall_suspected(self, attempt: int) -> bool:
-        """A worker of ``attempt`` failed as a peer's hang makes it fail: a collective timeout it
-        recorded, or a victim's error (gloo closes a pair that timed out, so the peers of the rank
-        that timed out see "connection closed"), or SIGABRT with nothing recorded (NCCL's watchdog
-        on a timed-out collective)."""
-        for worker in self.workers_of(attempt):
-            recorded = read_error_file(worker.error_file) if worker.error_file else None
-            if recorded is not None:
-                if is_victim_message(recorded.message):  # a collective timeout is one too
-                    return True
-                continue
-            exit_ = self.watcher.exit_of(worker.pid)
-            if exit_ is not None and exit_.signal_number == signal.SIGABRT:
-                return True
-        return False
-
-    def probe_of(self, worker: LaunchedWorker) -> ProbeAnswer | None:
-        """What ``worker`` answered when probed before the teardown, if it was and did."""
-        with self._lock:
-            return self._probes.get(worker.pid)
-
-    def teardown_done_ns(self, attempt: int) -> int | None:
-        with self._lock:
-            return self._teardown_done_ns.get(attempt)
-
-    @property
-    def rendezvous_since_ns(self) -> int | None:
-        """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
-        with self._lock:
-            return self._rendezvous_since_ns
-
-    def on_rendezvous(self, entered: bool) -> None:
-        with self._lock:
-            self._rendezvous_since_ns = time.time_ns() if entered else None
-
-    @property
-    def exit_barrier_since_ns(self) -> int | None:
-        """When the agent entered torch's exit barrier (waiting for other pods); ``None`` outside it."""
-        with self._lock:
-            return self._exit_barrier_since_ns
-
-    @property
-    def exit_barrier_left_ns(self) -> int | None:
-        """When the agent last left torch's exit barrier; ``None`` if it never did."""
-        with self._lock:
-            return self._exit_barrier_left_ns
-
-    def on_exit_barrier(self, entered: bool) -> None:
-        with self._lock:
-            now = time.time_ns()
-            if entered:
-                self._exit_barrier_since_ns = now
-            else:
-                self._exit_barrier_since_ns, self._exit_barrier_left_ns = None, now
-
-    def results_delivered(self, attempt: int) -> bool | None:
-        """Whether torch has collected every worker's return value in ``attempt`` (function launches).
-
-        A function worker hands its return value to the agent and then waits for torch's "finished"
-        event before it exits, so a worker that exits before that event, whatever its exit code,
-        ended without returning: ``os._exit(0)``, or an interrupt that torch's worker wrapper turns
-        into exit code 0 (``sys.exit(0)`` is not one: torch's ``record`` makes it a return of
-        ``None``). ``None`` for binary launches, whose workers may legitimately exit 0 one by one.
-        """
-        with self._lock:
-            pcontext = self._contexts.get(attempt)
-        # torch's own bookkeeping, read without a lock (never ``Event.is_set``: see the accessor).
-        collected = torch_elastic.collected_return_values(pcontext)
-        if collected is None:
-            return None
-        return len(collected) == torch_elastic.worker_count(pcontext)
-
-    def exited_without_result(self, worker: LaunchedWorker) -> bool:
-        """The worker exited with code 0 although its attempt's results were never delivered.
-
-        A worker still running (or killed by a signal) is answered without reading torch's state.
-        """
-        exit_ = self.exit_of(worker)
-        if exit_ is None or exit_.signal_number is not None:
-            return False
-        if self.results_delivered(worker.attempt) is not False:
-            return False
-        code = exit_.exitcode if exit_.exitcode is not None else self.torch_exitcode(worker)
-        return code == 0
-
-    def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
-        return self.watcher.exit_of(worker.pid)
-
-    def torch_exitcode(self, worker: LaunchedWorker) -> int | None:
-        """The exit code torch's own process handle holds (negative N: killed by signal N).
-
-        The watcher reads the status without reaping, but torch's teardown may reap first; the
-        handle torch reaped with still knows the code.
-        """
-        with self._lock:
-            pcontext = self._contexts.get(worker.attempt)
-        processes = torch_elastic.function_worker_processes(pcontext)
-        if processes is not None and worker.local_rank < len(processes):
-            return processes[worker.local_rank].exitcode
-        return torch_elastic.binary_worker_returncode(pcontext, worker.local_rank)
-
-    def add_worker(self, worker: LaunchedWorker) -> None:
-        """Watch one worker process of an attempt (the watcher learns its pid)."""
-        self.watcher.watch(worker.pid)
-        with self._lock:
-            self._workers.append(worker)
+        self.ledger = LaunchLedger(watcher)
+        self.ends = WorkerEnds(watcher)
+        self.teardown = WorkerTeardown(
+            self.ledger, teardown_grace_s=teardown_grace_s, probe_before_teardown=probe_before_teardown
+        )
 
     def on_started(self, pcontext: Any) -> None:
         """Register a freshly started process context (called right after ``start_processes``)."""
@@ -286,7 +83,7 @@ class LaunchObserver:
         attempt = _int_or_none(first_env.get("TORCHELASTIC_RESTART_COUNT")) or 0
         for local_rank, pid in sorted(pids.items()):
             env = envs.get(local_rank, {})
-            self.add_worker(
+            self.ledger.add_worker(
                 LaunchedWorker(
                     attempt=attempt,
                     local_rank=local_rank,
@@ -296,23 +93,23 @@ class LaunchObserver:
                     error_file=error_files.get(local_rank, ""),
                 )
             )
-        with self._lock:
-            self._contexts[attempt] = pcontext
+        self.ends.add_context(attempt, pcontext)
         self._wrap_close(pcontext, attempt)
         self._wrap_join(pcontext, attempt)
 
     def _wrap_close(self, pcontext: Any, attempt: int) -> None:
-        grace = self.teardown_grace_s
+        grace = self.teardown.teardown_grace_s
+        ledger = self.ledger
 
         def wrap(original_close: Callable[..., None]) -> Callable[..., None]:
             def close(death_sig: Any = None, timeout: float = 30) -> None:
-                self.note_teardown(attempt)
-                self.probe_live_workers(attempt)
+                ledger.note_teardown(attempt)
+                self.teardown.probe_live_workers(attempt)
                 if grace is not None:
                     timeout = min(timeout, grace)
-                self.note_signals(attempt)
+                ledger.note_signals(attempt)
                 original_close(death_sig, timeout)
-                self.note_teardown_done(attempt)
+                ledger.note_teardown_done(attempt)
 
             return close
 
@@ -324,7 +121,7 @@ class LaunchObserver:
         torch's ``MultiprocessContext._poll`` calls ``self._pc.join(-1)``; on a failure that join
         sends SIGTERM to the others and waits 30 s before SIGKILL (``grace_period=None``). This
         wrapper does the same wait on the sentinels first; if a worker failed, it ends every live
-        worker with the configured grace (:meth:`end_workers`, which notes teardown first) and puts
+        worker with the configured grace (``WorkerTeardown.end_workers``, which notes teardown first) and puts
         the failed worker's sentinel first, so that torch's join (which now finds every worker gone)
         reports that worker. A worker whose error file exists has failed even before its process
         exits (it is unwinding).
@@ -340,7 +137,7 @@ class LaunchObserver:
         this wait and torch's own (a few microseconds, longer on a busy machine) would be popped
         by torch as a success, unseen by the wrapper, and the launch would stall.
         """
-        grace = self.teardown_grace_s
+        grace = self.teardown.teardown_grace_s
         process_context = torch_elastic.joinable_process_context(pcontext)
         if process_context is None:
             return
@@ -358,13 +155,13 @@ class LaunchObserver:
                         # is noted: stamped any later (a watcher thread starved of CPU, or a process not
                         # yet waitable), it would look as if it died after teardown began (a victim).
                         self.watcher.note_ended(processes(process_context)[sentinels[sentinel]].pid, seen_ns)
-                    early_exit_fails = self.results_delivered(attempt) is False
+                    early_exit_fails = self.ends.results_delivered(attempt) is False
                     exited = [sentinels[s] for s in ready]
                     failed = _failed_indices(process_context, exited, early_exit_fails)
                     failed += _recorded_alive_indices(pcontext, process_context, exclude=exited)
                     if failed:
                         first = min(failed, key=lambda index: self._failure_ns(pcontext, process_context, index))
-                        self.end_workers(attempt)
+                        self.teardown.end_workers(attempt)
                         if processes(process_context)[first].exitcode == 0:
                             raise _exited_without_result(process_context, first)
                         torch_elastic.set_live_sentinels(
@@ -389,34 +186,6 @@ class LaunchObserver:
             return join
 
         torch_elastic.wrap_join(process_context, wrap)
-
-    def end_workers(self, attempt: int, *, probe: bool = False, grace_s: float | None = None) -> None:
-        """End every live worker of ``attempt``: SIGTERM, the grace, SIGKILL (``teardown.terminate_then_kill``).
-
-        Probed first where that helps (:meth:`probe_live_workers`; ``probe``: another pod's failure
-        ended this one's workers). ``grace_s``: a shorter grace than the configured one, where the
-        workers cannot use it (they wait in a collective for a peer that is gone).
-
-        The one teardown of both the join wrapper and the agent watchdog. It includes a failed
-        worker still unwinding after recording its exception: waiting for its interpreter's shutdown
-        cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile (inherited from the agent
-        with the ``fork`` start method) may cut short torch's traceback pickle; the join wrapper
-        turns the resulting ``EOFError`` into that worker's failure. Exits are read from the kernel
-        without reaping (never through torch's handles, whose ``is_alive`` reaps), so torch's join
-        still collects every worker and the watcher still reads each status.
-        """
-        self.note_teardown(attempt)
-        self.probe_live_workers(attempt, asked=probe)
-        grace = 30.0 if self.teardown_grace_s is None else self.teardown_grace_s
-        grace = grace if grace_s is None else min(grace, grace_s)
-        exited = lambda pid: self.watcher.confirm_exit(pid) is not None  # noqa: E731
-        self.note_signals(attempt)
-        live = [worker.pid for worker in self.workers_of(attempt) if not exited(worker.pid)]
-        logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)
-        stuck = terminate_then_kill(live, grace_s=grace, exited=exited)
-        if stuck:
-            logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
-        self.note_teardown_done(attempt)
 
     def _failure_ns(self, pcontext: Any, process_context: Any, index: int) -> int:
         """When worker ``index`` failed: its exit (the watcher's time), else when its error file appeared."""
@@ -531,7 +300,7 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
     def exit_barrier(entered: bool) -> None:
         if entered and peers is not None:
             peers.finish()
-        observer.on_exit_barrier(entered)
+        observer.ledger.on_exit_barrier(entered)
 
     def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
@@ -551,7 +320,7 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
     with (
         torch_elastic.patch_start_processes(start_and_observe),
         torch_elastic.patch_agent_phases(
-            on_rendezvous=observer.on_rendezvous,
+            on_rendezvous=observer.ledger.on_rendezvous,
             on_exit_barrier=exit_barrier,
             after_rendezvous=None if peers is None else peers.joined,
         ),

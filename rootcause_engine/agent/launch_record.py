@@ -30,7 +30,8 @@ from typing import Any
 from rootcause_core.ordering import TimeSource
 from rootcause_core.timestamps import from_seconds
 from rootcause_engine.agent.death_watcher import ProcessExit
-from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
+from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.worker_probe import ProbeAnswer
 from rootcause_engine.worker.recorder import RecordedError, read_error_file
 
@@ -142,13 +143,14 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
     confirm each worker's exit with the kernel first (the watchdog: its watcher thread may be
     starved); the diagnosis after a teardown needs not, the teardown confirmed every exit.
     """
-    attempt = observer.last_attempt()
+    ledger, ends = observer.ledger, observer.ends
+    attempt = ledger.last_attempt()
     if attempt is None:
         return LaunchRecord(None, (), taken_ns=time.time_ns())
     detections = detections_by_rank(child_failed)
     workers = []
-    for launched in observer.workers_of(attempt):
-        exit_ = observer.watcher.confirm_exit(launched.pid) if ask_kernel else observer.exit_of(launched)
+    for launched in ledger.workers_of(attempt):
+        exit_ = observer.watcher.confirm_exit(launched.pid) if ask_kernel else ends.exit_of(launched)
         # torch's handle polls (and so reaps) its process: asked only for an exit the watcher saw
         # without a status, or, after a teardown, for a worker the watcher never saw end
         read_handle = exit_.exitcode is None if exit_ is not None else not ask_kernel
@@ -159,16 +161,16 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
                 recorded=read_error_file(launched.error_file) if launched.error_file else None,
                 detection=detections.get(launched.global_rank) if launched.global_rank is not None else None,
                 recoverable_marker=_has_recoverable_marker(launched.error_file),
-                torch_exitcode=observer.torch_exitcode(launched) if read_handle else None,
-                exited_without_result=observer.exited_without_result(launched),
-                probe=observer.probe_of(launched),
+                torch_exitcode=ends.torch_exitcode(launched) if read_handle else None,
+                exited_without_result=ends.exited_without_result(launched),
+                probe=observer.teardown.probe_of(launched),
             )
         )
     return LaunchRecord(
         attempt=attempt,
         workers=tuple(workers),
-        teardown_ns=observer.teardown_ns(attempt),
-        signals_ns=observer.signals_ns(attempt),
-        teardown_done_ns=observer.teardown_done_ns(attempt),
+        teardown_ns=ledger.teardown_ns(attempt),
+        signals_ns=ledger.signals_ns(attempt),
+        teardown_done_ns=ledger.teardown_done_ns(attempt),
         taken_ns=time.time_ns(),
     )

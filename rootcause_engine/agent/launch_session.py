@@ -176,7 +176,7 @@ class LaunchSession:
         settings = self.settings
         stack = self._stack.__enter__()
         try:
-            stack.enter_context(termination.installed(self.termination))
+            self.termination.install()  # for good: see agent/termination.py
             stack.callback(self._finish_peers)
             stack.enter_context(
                 stores_kept(settings.start_method, settings.rdzv_backend, settings.rdzv_endpoint, settings.rdzv_configs)
@@ -187,7 +187,8 @@ class LaunchSession:
                 watcher, teardown_grace_s=settings.teardown_grace_s, probe_before_teardown=settings.hang_probe
             )
             if settings.hang is not None:  # a hung rank's pod ends its workers, as for any failed one
-                self.hang_watch = HangWatch(observer, self.peers, settings.hang, worker_name=current_worker_name(),
+                self.hang_watch = HangWatch(observer.ledger, self.peers, settings.hang,
+                                            worker_name=current_worker_name(),
                                             on_hung=lambda _: end_running_attempt(observer))
             self.soft = soft = self._soft_restart_session(observer, channel_dir)
             if soft is not None:
@@ -259,7 +260,7 @@ class LaunchSession:
     def store_lost(self, error: BaseException) -> Diagnosis | None:
         """The diagnosis after torch's agent lost the rendezvous store (its host pod is gone) before it
         saw its workers fail; ``None`` when no attempt was started or none of its workers failed."""
-        if self._observer().last_attempt() is None:
+        if self._observer().ledger.last_attempt() is None:
             return None
         return self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
 
@@ -271,8 +272,8 @@ class LaunchSession:
         if received is None:
             return None
         observer = self._observer()
-        attempt = observer.last_attempt()
-        ranks = [w.global_rank for w in observer.workers_of(attempt)] if attempt is not None else []
+        attempt = observer.ledger.last_attempt()
+        ranks = [w.global_rank for w in observer.ledger.workers_of(attempt)] if attempt is not None else []
         first_rank = min((rank for rank in ranks if rank is not None), default=None)
         stop = preemption_failure(received, first_rank=first_rank, signals=self.termination.count)
         return self._diagnose(Trigger.PREEMPTED, None, pod_failures=(stop,))
@@ -384,10 +385,10 @@ def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s
     They could only fail as victims now; one that hangs would never fail at all, and this pod would
     hold the job until the operator deleted it, with no report of its own.
     """
-    attempt = observer.last_attempt()
-    if attempt is not None and observer.teardown_ns(attempt) is None:
+    attempt = observer.ledger.last_attempt()
+    if attempt is not None and observer.ledger.teardown_ns(attempt) is None:
         logger.warning("another pod's launch failed or was lost: ending this pod's workers of attempt %d", attempt)
-        observer.end_workers(attempt, probe=probe, grace_s=grace_s)
+        observer.teardown.end_workers(attempt, probe=probe, grace_s=grace_s)
 
 
 @dataclasses.dataclass

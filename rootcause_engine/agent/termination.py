@@ -10,8 +10,9 @@ preempted pod must instead be the job's recorded, recoverable root cause, writte
 The pod's one notice is :data:`rootcause_core.pod_stop.POD_STOP` (the entrypoint may have installed
 it before the task was even loaded). Around the launch:
 
-- :func:`installed`: it is the process's SIGTERM handler from the launch session on, and stays so
-  after the block: a SIGTERM while the pod writes its documents must not end it (Python's default would);
+- ``PodStopNotice.install``: it is the process's SIGTERM handler from the launch session on, and
+  stays so after the launch: a SIGTERM while the pod writes its documents must not end it (Python's
+  default would);
 - :func:`armed` (the block of the launch): the first SIGTERM is raised as torch's own
   ``SignalException``, so torch's agent ends the workers (victims) and the launch ends, whether it
   was in the rendezvous, in training or in its exit barrier; a SIGTERM that came *before* the block
@@ -36,13 +37,6 @@ from rootcause_engine.upstream.torch_elastic import patch_termination_handler, s
 
 def _raise_signal_exception(signum: int) -> NoReturn:
     raise signal_exception(signum)
-
-
-@contextlib.contextmanager
-def installed(notice: PodStopNotice) -> Iterator[PodStopNotice]:
-    """``notice`` is the process's SIGTERM handler from now on (main thread only)."""
-    notice.install()
-    yield notice
 
 
 @contextlib.contextmanager

@@ -156,9 +156,9 @@ def take_snapshot(observer: LaunchObserver, now_ns: int | None = None) -> AgentS
         exited=len(exits),
         first_failure_ns=record.first_failure_ns,
         last_exit_ns=max(exits, default=None),
-        rendezvous_since_ns=observer.rendezvous_since_ns,
-        exit_barrier_since_ns=observer.exit_barrier_since_ns,
-        exit_barrier_left_ns=observer.exit_barrier_left_ns,
+        rendezvous_since_ns=observer.ledger.rendezvous_since_ns,
+        exit_barrier_since_ns=observer.ledger.exit_barrier_since_ns,
+        exit_barrier_left_ns=observer.ledger.exit_barrier_left_ns,
     )
 
 
@@ -258,9 +258,9 @@ class AgentWatchdog:
 
     def _end_survivors(self) -> None:
         """Note teardown, then SIGTERM/grace/SIGKILL the last attempt's live workers (victims)."""
-        attempt = self.observer.last_attempt()
+        attempt = self.observer.ledger.last_attempt()
         if attempt is not None:
-            self.observer.end_workers(attempt)
+            self.observer.teardown.end_workers(attempt)
 
     def _diagnosis(self, note: str, trigger: Trigger = Trigger.AGENT_HUNG) -> Diagnosis:
         """The pipeline's diagnosis of the last attempt; the hang itself when no worker failed."""

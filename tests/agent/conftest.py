@@ -1,16 +1,35 @@
-"""Fixtures the agent tests share."""
+"""Fixtures the agent tests share (the store server itself is ``store_server``, in ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import datetime
+import signal
 from collections.abc import Iterator
 
 import pytest
 from torch.distributed import TCPStore
 
+from rootcause_engine.agent.death_watcher import DeathWatcher
+
 
 @pytest.fixture
-def server_port() -> Iterator[int]:
-    """A real ``TCPStore`` server on a free loopback port, as the rendezvous store's host runs it."""
-    server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
-    yield server.port
+def server_port(store_server: TCPStore) -> int:
+    """The port of a real ``TCPStore`` server on loopback. Each pod of a test connects its own client to it."""
+    return store_server.port
+
+
+@pytest.fixture
+def watcher() -> Iterator[DeathWatcher]:
+    """A running death watcher (its thread stamps the exits of the pids it is given)."""
+    with DeathWatcher() as running:
+        yield running
+
+
+@pytest.fixture
+def signal_handlers_restored() -> Iterator[None]:
+    """torch's process context installs its own SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers in the agent
+    (here: pytest's process); the tests after a launch get the process's handlers back."""
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    saved = {signum: signal.getsignal(signum) for signum in signals}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)

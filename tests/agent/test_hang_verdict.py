@@ -9,7 +9,7 @@ from rootcause_core.ordering import Role, TimeSource
 from rootcause_engine.agent.death_watcher import ProcessExit
 from rootcause_engine.agent.diagnosis.hang import hang_verdict, stalled_collective
 from rootcause_engine.agent.diagnosis.selection import rank_failures
-from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_record import WorkerRecord
 from rootcause_engine.agent.worker_probe import ProbeAnswer
 from rootcause_engine.worker.recorder import RecordedError

@@ -20,7 +20,7 @@ from flytekitplugins_rootcause.config import ElasticRootCause
 from rootcause_core.collectives import CollectivePosition
 from rootcause_engine.agent.diagnosis.stalled_rank import PeerWait, ProgressRule, waits_from_text, waits_text
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings
-from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.peer_watch import RoundStore
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress, beacon_path
@@ -71,8 +71,8 @@ class _Watcher:
         return None
 
 
-class _Observer:
-    """The launch observer's part the watch reads: one attempt, its workers, no teardown yet."""
+class _Ledger:
+    """The launch ledger's part the watch reads: one attempt, its workers, no teardown yet."""
 
     def __init__(self, workers: list[LaunchedWorker]) -> None:
         self.workers = workers
@@ -150,7 +150,7 @@ def test_a_still_rank_behind_a_peer_pod_s_wait_is_named_and_a_computing_one_is_n
     workers = [_worker(tmp_path, asleep, 0, GroupProgress("0", 4, 4)),
                _worker(tmp_path, computing, 1, GroupProgress("0", 4, 4))]
     told: list[dict[int, Any]] = []
-    watch = HangWatch(_Observer(workers), _Peers(store), HangSettings(after_s=1.5), on_hung=told.append,  # type: ignore[arg-type]
+    watch = HangWatch(_Ledger(workers), _Peers(store), HangSettings(after_s=1.5), on_hung=told.append,  # type: ignore[arg-type]
                       worker_name="pod-0")
     found = _looks(watch, 3.0)
     assert list(found) == [asleep.pid] and [list(call) for call in told] == [[asleep.pid]]
@@ -166,7 +166,7 @@ def test_this_pod_s_long_waits_are_published_and_cleared(tmp_path: Path,
     store = dist.HashStore()
     waiting = _start(processes, _SLEEP)
     worker = _worker(tmp_path, waiting, 0, GroupProgress("0", 5, 4, since_ns=time.time_ns() - 10 * S, op="gloo:x"))
-    watch = HangWatch(_Observer([worker]), _Peers(store), HangSettings(after_s=12.0),  # type: ignore[arg-type]
+    watch = HangWatch(_Ledger([worker]), _Peers(store), HangSettings(after_s=12.0),  # type: ignore[arg-type]
                       worker_name="pod-0")
     assert watch.look() == {}
     [wait] = waits_from_text(store.get("rootcause/hang/wait/0"))
@@ -184,12 +184,12 @@ def test_nothing_is_looked_at_once_the_teardown_began_or_for_another_worker_s_fi
     worker = _worker(tmp_path, asleep, 0, GroupProgress("0", 4, 4))
     local_wait = _start(processes, _SLEEP)
     other = _worker(tmp_path, local_wait, 1, GroupProgress("0", 5, 4, since_ns=time.time_ns() - 30 * S))
-    observer = _Observer([worker, other])
-    watch = HangWatch(observer, None, HangSettings(after_s=1.0))  # type: ignore[arg-type]
+    ledger = _Ledger([worker, other])
+    watch = HangWatch(ledger, None, HangSettings(after_s=1.0))  # type: ignore[arg-type]
     reading = BeaconReading(os.getpid(), time.time_ns(), 0, (GroupProgress("0", 4, 4),))  # a previous worker's
     Path(beacon_path(worker.error_file)).write_text(json.dumps(reading.to_json()))
     assert _looks(watch, 1.6) == {}
-    observer.teardown = time.time_ns()
+    ledger.teardown = time.time_ns()
     assert watch.look() == {}
 
 

@@ -11,7 +11,6 @@ no busy machine reaches, except where a watchdog must *not* fire (a wait past it
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import signal
 import subprocess
@@ -31,7 +30,8 @@ from rootcause_core.pod_stop import PodStopNotice
 from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
-from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
+from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_session import (
     LOST_PEER_TEARDOWN_GRACE_S,
     PREEMPTION_MESSAGE,
@@ -66,11 +66,6 @@ def _this_pod(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     previous = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, previous)
-
-
-@pytest.fixture
-def store() -> Iterator[TCPStore]:
-    yield TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
 
 
 def _settings(**changes: Any) -> LaunchSettings:
@@ -192,7 +187,7 @@ def test_the_first_sigterm_in_the_launch_block_ends_it_and_the_stop_is_named_by_
         with LaunchSession(_settings(), error_of=_error_of, pod_stop=pod_stop) as session:
             with pytest.raises(SignalException), session.running() as observer:
                 for local_rank, child in enumerate(workers):
-                    observer.add_worker(LaunchedWorker(0, local_rank, 5 - local_rank, 2, child.pid, ""))
+                    observer.ledger.add_worker(LaunchedWorker(0, local_rank, 5 - local_rank, 2, child.pid, ""))
                 _sigterm_to_this_process(pod_stop, 1)
             _sigterm_to_this_process(pod_stop, 2)  # while the pod writes its report: only noted
             diagnosis = session.preempted()
@@ -217,9 +212,9 @@ def test_a_lost_store_is_diagnosed_on_the_attempt_that_ran_and_says_how_the_agen
         with LaunchSession(_settings(), error_of=_error_of, pod_stop=PodStopNotice()) as session:
             assert session.store_lost(DistStoreError("Connection reset by peer")) is None
             assert session.observer is not None
-            session.observer.add_worker(LaunchedWorker(0, 0, 0, 0, failed.pid, ""))
-            _until(lambda: session.observer is not None and session.observer.exit_of(
-                session.observer.workers_of(0)[0]) is not None, "the worker's exit seen")
+            session.observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, failed.pid, ""))
+            _until(lambda: session.observer is not None and session.observer.ends.exit_of(
+                session.observer.ledger.workers_of(0)[0]) is not None, "the worker's exit seen")
             diagnosis = session.store_lost(DistStoreError("Connection reset by peer"))
     finally:
         _reap(failed)
@@ -256,7 +251,7 @@ def _join_with_a_missing_peer(session: LaunchSession, store: TCPStore) -> PeerWa
 
 
 def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure_is_the_lost_peer_s(
-    store: TCPStore, tmp_path: Path
+    store_server: TCPStore, tmp_path: Path
 ) -> None:
     """The peer watch's verdict ends this pod's workers at once (they would wait in a collective for
     ever); the failure torch then reports is diagnosed as a lost peer, the workers its victims."""
@@ -266,10 +261,10 @@ def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure
         with LaunchSession(_settings(), error_of=_error_of, pod_stop=PodStopNotice()) as session:
             observer = session.observer
             assert observer is not None
-            observer.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, ""))
-            other = _join_with_a_missing_peer(session, store)
+            observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, ""))
+            other = _join_with_a_missing_peer(session, store_server)
             _until(lambda: _exited(observer.watcher, worker.pid), "the worker ended")
-            assert observer.teardown_ns(0) is not None
+            assert observer.ledger.teardown_ns(0) is not None
             ended = observer.watcher.confirm_exit(worker.pid)
             assert ended is not None and ended.signal_number == signal.SIGTERM
             torch_view = ProcessFailure(local_rank=0, pid=worker.pid, exitcode=-signal.SIGTERM,
@@ -286,7 +281,7 @@ def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure
 
 
 def test_under_soft_restarts_a_lost_peer_goes_to_the_soft_loop_and_this_pod_s_workers_go_on(
-    store: TCPStore,
+    store_server: TCPStore,
 ) -> None:
     """The soft loop takes the lost pod out of the world; the survivors' workers keep running."""
     worker = _worker_process()
@@ -296,11 +291,11 @@ def test_under_soft_restarts_a_lost_peer_goes_to_the_soft_loop_and_this_pod_s_wo
         with LaunchSession(_settings(restart_policy="soft"), error_of=_error_of, pod_stop=PodStopNotice()) as session:
             observer, soft = session.observer, session.soft
             assert observer is not None and soft is not None
-            observer.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, ""))
-            other = _join_with_a_missing_peer(session, store)
+            observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, ""))
+            other = _join_with_a_missing_peer(session, store_server)
             _until(lambda: taken.extend(soft.take_lost()) or taken, "the verdict handed to the soft loop")
             assert [peer.group_rank for peer in taken] == [1]
-            assert not _exited(observer.watcher, worker.pid) and observer.teardown_ns(0) is None
+            assert not _exited(observer.watcher, worker.pid) and observer.ledger.teardown_ns(0) is None
     finally:
         if other is not None:
             other.close()
@@ -320,28 +315,28 @@ def _round_with_a_store_host(store: TCPStore) -> tuple[PeerWatch, list[PeerWatch
 
 
 def test_a_lost_store_host_ends_the_workers_even_under_soft_restarts_and_only_once(
-    store: TCPStore, tmp_path: Path
+    store_server: TCPStore, tmp_path: Path
 ) -> None:
     """Without the store the world cannot change: the workers are ended as under hard restarts (nothing
     for the soft loop), and a later verdict (another attempt running by then) ends nothing more; a
     lost peer that hosted no store goes to the soft loop."""
-    own, watches = _round_with_a_store_host(store)
+    own, watches = _round_with_a_store_host(store_server)
     first, second = _worker_process(), _worker_process()
     soft = SoftRestartSession(worker=POD, channel=WorkerChannel(str(tmp_path)), diagnose=lambda failed: None,
                               end_workers=lambda: None, timeout_s=NEVER_S)
     try:
         with DeathWatcher() as watcher:
             observer = LaunchObserver(watcher, teardown_grace_s=30.0)
-            observer.add_worker(LaunchedWorker(0, 0, 2, 1, first.pid, ""))
+            observer.ledger.add_worker(LaunchedWorker(0, 0, 2, 1, first.pid, ""))
             handler = LostPeerHandler(observer, own, soft, watchdog=None)
             handler((LostPeer(2, "train-worker-2", 1),))
             assert [peer.group_rank for peer in soft.take_lost()] == [2]
-            assert observer.teardown_ns(0) is None and not _exited(watcher, first.pid)
+            assert observer.ledger.teardown_ns(0) is None and not _exited(watcher, first.pid)
             handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
             assert _exited(watcher, first.pid) and soft.take_lost() == []
-            observer.add_worker(LaunchedWorker(1, 0, 2, 1, second.pid, ""))
+            observer.ledger.add_worker(LaunchedWorker(1, 0, 2, 1, second.pid, ""))
             handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
-            assert observer.teardown_ns(1) is None and not _exited(watcher, second.pid)
+            assert observer.ledger.teardown_ns(1) is None and not _exited(watcher, second.pid)
     finally:
         for peers in watches:
             peers.close()
@@ -364,12 +359,12 @@ def test_the_watchdog_reports_for_the_agent_only_when_the_lost_peer_hosted_the_s
         with DeathWatcher() as watcher:
             observer = LaunchObserver(watcher, teardown_grace_s=30.0)
             with AgentWatchdog(observer, settings, error_of=error_of, exit_process=exits.append) as watchdog:
-                observer.add_worker(LaunchedWorker(0, 0, 0, 0, workers[0].pid, ""))
+                observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, workers[0].pid, ""))
                 a_peer_is_lost(observer, (LostPeer(2, "train-worker-2", 1),), {0}, watchdog)
                 assert _exited(watcher, workers[0].pid)
                 time.sleep(LOST_PEER_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S + 0.5)  # past an expedited deadline
                 assert exits == []
-                observer.add_worker(LaunchedWorker(1, 0, 0, 0, workers[1].pid, ""))
+                observer.ledger.add_worker(LaunchedWorker(1, 0, 0, 0, workers[1].pid, ""))
                 a_peer_is_lost(observer, (LostPeer(0, "train-worker-0", 1),), {0}, watchdog)
                 assert _exited(watcher, workers[1].pid)
                 _until(lambda: exits, "the watchdog reported")

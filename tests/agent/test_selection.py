@@ -15,7 +15,7 @@ from rootcause_engine.agent.death_watcher import ProcessExit
 from rootcause_engine.agent.diagnosis.pipeline import report_for
 from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
 from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable, rank_failures
-from rootcause_engine.agent.launch_observer import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_record import Detection, WorkerRecord
 from rootcause_engine.worker.recorder import RecordedError
 

@@ -23,7 +23,8 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_engine.agent.death_watcher import DeathWatcher
-from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver, observing_launch
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
+from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
 from tests.watchdog_tasks import binary_worker, launch_workers, tasks
 
 pytestmark = pytest.mark.slow
@@ -51,17 +52,17 @@ def _config(monitor_interval: float = 0.1) -> LaunchConfig:
 
 def _signal_of(observer: LaunchObserver, worker: LaunchedWorker) -> int | None:
     """The signal that ended ``worker``: the watcher's reading, else torch's handle (torch may reap first)."""
-    exit_ = observer.exit_of(worker)
+    exit_ = observer.ends.exit_of(worker)
     if exit_ is not None and exit_.signal_number is not None:
         return exit_.signal_number
-    code = observer.torch_exitcode(worker)
+    code = observer.ends.torch_exitcode(worker)
     return -code if code is not None and code < 0 else None
 
 
 def _assert_killed_after_grace(observer: LaunchObserver) -> None:
-    (ignoring,) = [w for w in observer.workers_of(0) if w.global_rank == IGNORING_RANK]
-    exit_ = observer.exit_of(ignoring)
-    teardown_ns = observer.teardown_ns(0)
+    (ignoring,) = [w for w in observer.ledger.workers_of(0) if w.global_rank == IGNORING_RANK]
+    exit_ = observer.ends.exit_of(ignoring)
+    teardown_ns = observer.ledger.teardown_ns(0)
     assert exit_ is not None and teardown_ns is not None
     assert _signal_of(observer, ignoring) == signal.SIGKILL
     lived_s = (exit_.exit_ns - teardown_ns) / 1e9

@@ -7,7 +7,6 @@ call the root cause a victim of the teardown.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,9 +16,9 @@ from pathlib import Path
 from rootcause_core.ordering import Role
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.selection import rank_failures
-from rootcause_engine.agent.launch_observer import LaunchedWorker, LaunchObserver
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
+from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_record import record_launch
-from rootcause_engine.worker.recorder import build_error_file
 
 NEVER_S = 120.0
 
@@ -40,61 +39,23 @@ def test_a_worker_dead_before_teardown_is_recorded_before_it_without_the_watcher
     alive = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     watcher = DeathWatcher()  # never entered: no thread, as if it never got the CPU
     try:
-        observer = LaunchObserver(watcher)
-        observer.add_worker(_worker(0, 0, dead.pid))
-        observer.add_worker(_worker(0, 1, alive.pid))
+        ledger = LaunchLedger(watcher)
+        ledger.add_worker(_worker(0, 0, dead.pid))
+        ledger.add_worker(_worker(0, 1, alive.pid))
         _wait_until_waitable(dead.pid)
         assert watcher.exits() == {}
-        teardown_ns = observer.note_teardown(0)
+        teardown_ns = ledger.note_teardown(0)
         exit_ = watcher.exit_of(dead.pid)
         assert exit_ is not None and exit_.exitcode == 3
         assert exit_.exit_ns <= teardown_ns
         assert watcher.exit_of(alive.pid) is None  # a live worker is not recorded as dead
-        assert observer.note_teardown(0) == teardown_ns  # the first call wins
+        assert ledger.note_teardown(0) == teardown_ns  # the first call wins
     finally:
         watcher.close()
         assert alive.stdin is not None
         alive.stdin.close()
         alive.wait()
         dead.wait()
-
-
-def _error_file(tmp_path: Path, name: str, message: str | None) -> str:
-    path = tmp_path / name / "error.json"
-    path.parent.mkdir()
-    if message is not None:
-        path.write_text(json.dumps(build_error_file(RuntimeError(message), time.time_ns())))
-    return str(path)
-
-
-def test_only_a_failure_that_a_peer_s_hang_explains_makes_the_teardown_probe_first(tmp_path: Path) -> None:
-    """The probe costs a teardown up to a second: asked for only when a worker timed out in a
-    collective (gloo's text) or died by SIGABRT without an error file (NCCL's watchdog)."""
-    watcher = DeathWatcher()
-    try:
-        observer = LaunchObserver(watcher, probe_before_teardown=True)
-        timeout = "[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation"
-        observer.add_worker(LaunchedWorker(0, 0, 0, 0, 2**22 + 1, _error_file(tmp_path, "a", "bad batch")))
-        assert not observer.stall_suspected(0)  # a worker's own exception: nothing to ask the others
-        observer.add_worker(LaunchedWorker(0, 1, 1, 0, 2**22 + 2, _error_file(tmp_path, "b", timeout)))
-        assert observer.stall_suspected(0)
-        assert not observer.stall_suspected(1)  # another attempt
-    finally:
-        watcher.close()
-
-
-def test_a_sigabrt_without_an_error_file_is_a_suspected_stall(tmp_path: Path) -> None:
-    aborted = subprocess.Popen([sys.executable, "-c", "import os; os.abort()"])
-    watcher = DeathWatcher()
-    try:
-        observer = LaunchObserver(watcher)
-        observer.add_worker(LaunchedWorker(0, 0, 0, 0, aborted.pid, _error_file(tmp_path, "a", None)))
-        _wait_until_waitable(aborted.pid)
-        assert watcher.confirm_exit(aborted.pid) is not None
-        assert observer.stall_suspected(0)
-    finally:
-        watcher.close()
-        aborted.wait()
 
 
 _FAILS_WHEN_TOLD = """
@@ -120,7 +81,7 @@ def test_a_worker_that_fails_on_its_own_while_the_agent_probes_is_no_victim(tmp_
     try:
         with watcher:
             observer = LaunchObserver(watcher, teardown_grace_s=NEVER_S, probe_before_teardown=True)
-            observer.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, str(error_file)))
+            observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, str(error_file)))
 
             def probe_while_it_fails(attempt: int, *, asked: bool = False) -> None:
                 assert worker.stdin is not None
@@ -128,8 +89,8 @@ def test_a_worker_that_fails_on_its_own_while_the_agent_probes_is_no_victim(tmp_
                 worker.stdin.flush()
                 _wait_until_waitable(worker.pid)
 
-            observer.probe_live_workers = probe_while_it_fails  # type: ignore[method-assign]
-            observer.end_workers(0, probe=True)
+            observer.teardown.probe_live_workers = probe_while_it_fails  # type: ignore[method-assign]
+            observer.teardown.end_workers(0, probe=True)
             record = record_launch(observer)
             teardown_ns, signals_ns = record.teardown_ns, record.signals_ns
             assert teardown_ns is not None and signals_ns is not None and teardown_ns < signals_ns

@@ -10,7 +10,7 @@ import pytest
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from rootcause_core.pod_stop import PodStopNotice
-from rootcause_engine.agent.termination import armed, installed
+from rootcause_engine.agent.termination import armed
 
 
 def test_the_first_sigterm_of_the_launch_ends_it_and_later_ones_are_only_noted() -> None:
@@ -48,8 +48,8 @@ def test_the_installed_handler_keeps_a_real_sigterm_from_ending_the_process() ->
     previous = signal.getsignal(signal.SIGTERM)
     try:
         notice = PodStopNotice()
-        with installed(notice):
-            signal.raise_signal(signal.SIGTERM)
+        notice.install()
+        signal.raise_signal(signal.SIGTERM)
         assert notice.count == 1
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,141 @@
+"""Agent side: the workers of one launch, and the moments that decide who is a victim.
+
+Why a ledger of its own: the diagnosis judges each failed worker against the moment the teardown of
+its attempt began and the moment the first signal went out (a worker that failed before either is
+no victim of it), and the agent watchdog and the hang watch judge the agent's phases (rendezvous,
+exit barrier) by how long it has been in them. Every one of those moments is written here once, by
+whoever sees it first (torch's ``close``, the join wrapper, the watchdog's own teardown), and read by
+all of them; the first stamp of a moment wins.
+
+Every exit the kernel already reports is recorded before a teardown moment is stamped (the death
+watcher's ``confirm_exit``): a worker that died before that moment must not look like a victim
+because the watcher thread had not yet had the CPU to stamp it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from rootcause_engine.agent.death_watcher import DeathWatcher
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchedWorker:
+    """One worker process of one attempt, as torch's agent configured it."""
+
+    attempt: int
+    local_rank: int
+    global_rank: int | None
+    group_rank: int | None
+    pid: int
+    error_file: str
+
+
+class LaunchLedger:
+    """The workers of each attempt and the times of the launch's teardowns and phases (thread-safe)."""
+
+    def __init__(self, watcher: DeathWatcher) -> None:
+        self.watcher = watcher
+        self._lock = threading.Lock()
+        self._workers: list[LaunchedWorker] = []
+        self._teardown_ns: dict[int, int] = {}
+        self._teardown_done_ns: dict[int, int] = {}
+        self._signals_ns: dict[int, int] = {}
+        self._rendezvous_since_ns: int | None = None
+        self._exit_barrier_since_ns: int | None = None
+        self._exit_barrier_left_ns: int | None = None
+
+    # --- workers -------------------------------------------------------------------------------
+
+    def add_worker(self, worker: LaunchedWorker) -> None:
+        """Watch one worker process of an attempt (the watcher learns its pid)."""
+        self.watcher.watch(worker.pid)
+        with self._lock:
+            self._workers.append(worker)
+
+    @property
+    def workers(self) -> list[LaunchedWorker]:
+        with self._lock:
+            return list(self._workers)
+
+    def last_attempt(self) -> int | None:
+        with self._lock:
+            return max((w.attempt for w in self._workers), default=None)
+
+    def workers_of(self, attempt: int) -> list[LaunchedWorker]:
+        with self._lock:
+            return [w for w in self._workers if w.attempt == attempt]
+
+    # --- an attempt's teardown ------------------------------------------------------------------
+
+    def note_teardown(self, attempt: int) -> int:
+        """Record that tearing down ``attempt``'s workers begins now (the first call wins)."""
+        return self._stamp_after_known_exits(self._teardown_ns, attempt)
+
+    def note_signals(self, attempt: int) -> int:
+        """Record that the first termination signal to ``attempt``'s workers goes out now (the first call wins).
+
+        Later than :meth:`note_teardown` by the probe (``WorkerTeardown.probe_live_workers``) and the
+        agent's own scheduling: a worker that records a failure of its own in between failed before
+        anything reached it, so it is no victim of the teardown. This, not the teardown's start, is
+        the moment the roles are judged by (``diagnosis.selection``).
+        """
+        return self._stamp_after_known_exits(self._signals_ns, attempt)
+
+    def note_teardown_done(self, attempt: int) -> None:
+        """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
+        with self._lock:
+            self._teardown_done_ns.setdefault(attempt, time.time_ns())
+
+    def teardown_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._teardown_ns.get(attempt)
+
+    def signals_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._signals_ns.get(attempt)
+
+    def teardown_done_ns(self, attempt: int) -> int | None:
+        with self._lock:
+            return self._teardown_done_ns.get(attempt)
+
+    def _stamp_after_known_exits(self, stamps: dict[int, int], attempt: int) -> int:
+        """Record every exit the kernel reports for ``attempt``, then stamp now in ``stamps`` (first wins)."""
+        for worker in self.workers_of(attempt):
+            self.watcher.confirm_exit(worker.pid)
+        with self._lock:
+            return stamps.setdefault(attempt, time.time_ns())
+
+    # --- the agent's phases ---------------------------------------------------------------------
+
+    @property
+    def rendezvous_since_ns(self) -> int | None:
+        """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
+        with self._lock:
+            return self._rendezvous_since_ns
+
+    def on_rendezvous(self, entered: bool) -> None:
+        with self._lock:
+            self._rendezvous_since_ns = time.time_ns() if entered else None
+
+    @property
+    def exit_barrier_since_ns(self) -> int | None:
+        """When the agent entered torch's exit barrier (waiting for other pods); ``None`` outside it."""
+        with self._lock:
+            return self._exit_barrier_since_ns
+
+    @property
+    def exit_barrier_left_ns(self) -> int | None:
+        """When the agent last left torch's exit barrier; ``None`` if it never did."""
+        with self._lock:
+            return self._exit_barrier_left_ns
+
+    def on_exit_barrier(self, entered: bool) -> None:
+        with self._lock:
+            now = time.time_ns()
+            if entered:
+                self._exit_barrier_since_ns = now
+            else:
+                self._exit_barrier_since_ns, self._exit_barrier_left_ns = None, now
