@@ -25,6 +25,7 @@ from flyte.models import SerializationContext
 from flytekit.image_spec.default_builder import create_docker_context
 
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from flyteplugins.rootcause.upstream import ROOTCAUSE_RUNTIME_SCRIPT, RUNTIME_SCRIPT
 from rootcause_harness.flytekit.job import container_args, serialize
 from testbed.dockerfile_replay import DockerfileReplay, DockerIgnore, ReplayError, build_arguments, parse_dockerfile
 from tests.elastic_tasks import serialization
@@ -34,8 +35,6 @@ DISTRIBUTIONS = ("flytekitplugins-rootcause", "flyte-rootcause-reader", "flytepl
 OUR_PACKAGES = (
     "flytekitplugins_rootcause", "rootcause_engine", "backend_reader", "rootcause_core", "flyteplugins.rootcause"
 )
-#: Flyte 2's runtime entrypoint, which every Flyte 2 task's container args name.
-FLYTE2_ENTRYPOINT = "a0"
 
 sys.path.insert(0, str(REPO / "examples"))
 import image_spec  # noqa: E402  (examples/ is not a package: pyflyte puts its folder on sys.path too)
@@ -96,11 +95,12 @@ def dockerfile_image(tmp_path_factory: pytest.TempPathFactory) -> DockerfileRepl
 
 @pytest.mark.slow
 def test_the_dockerfile_builds_an_image_whose_console_scripts_run(dockerfile_image: DockerfileReplay) -> None:
-    for script, says in ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read")):
+    for script, says in ((PATCHED_ENTRYPOINT, "--inputs"), ("rootcause-reader", "read"),
+                         (ROOTCAUSE_RUNTIME_SCRIPT, "--resolver")):
         completed = _run_in_image(dockerfile_image, script, "--help")
         assert completed.returncode == 0, completed.stderr
         assert says in completed.stdout
-    completed = _run_upstream_script(dockerfile_image, FLYTE2_ENTRYPOINT, "--help")
+    completed = _run_upstream_script(dockerfile_image, RUNTIME_SCRIPT, "--help")
     assert completed.returncode == 0 and "--resolver" in completed.stdout, completed.stderr
     for package, path in _what_the_image_imports(dockerfile_image)["packages"].items():
         assert Path(path).is_relative_to(dockerfile_image.root), f"{package} came from {path}, not the image"
@@ -133,7 +133,8 @@ def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
     dockerfile_image: DockerfileReplay, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Flyte 2 example builds the repository's ``Dockerfile`` (``flyte.Image.from_dockerfile``)
-    when given a registry, and its task runs ``a0``, which the replayed image has."""
+    when given a registry, and its task runs ``rootcause-a0`` (flyte's ``a0``, the kubelet's SIGTERM
+    noted first), which the replayed image has."""
     monkeypatch.setenv("ROOTCAUSE_REGISTRY", "localhost:30000")
     monkeypatch.syspath_prepend(str(REPO))
     monkeypatch.delitem(sys.modules, "examples.flyte2_training", raising=False)
@@ -141,8 +142,10 @@ def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
     image = example.env.image
     assert Path(image.dockerfile) == REPO / "Dockerfile" and image.registry == "localhost:30000"
     args = example.train.container_args(SerializationContext(version="v1", root_dir=REPO))
-    assert args[0] == FLYTE2_ENTRYPOINT
-    assert _run_upstream_script(dockerfile_image, args[0], "--help").returncode == 0
+    assert args[0] == ROOTCAUSE_RUNTIME_SCRIPT
+    assert (_image_bin(dockerfile_image) / args[0]).exists()
+    completed = _run_in_image(dockerfile_image, args[0], "--help")
+    assert completed.returncode == 0 and "--resolver" in completed.stdout, completed.stderr
     assert "examples.flyte2_training" in args  # the module a pod loads the task from, under the image's /root
 
 

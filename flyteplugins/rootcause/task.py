@@ -38,6 +38,7 @@ from cloudpickle import cloudpickle
 from flyte._context import internal_ctx
 from flyte._task import P, R
 from flyte.extend import TaskPluginRegistry
+from flyte.models import SerializationContext
 from flyteplugins.pytorch.task import TorchFunctionTask, launcher_entrypoint
 from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -54,6 +55,7 @@ from flyteplugins.rootcause.upstream import (
     check_flyte,
     in_pod_main_process,
     leave_outputs_to_rank_0,
+    run_by_rootcause_runtime,
     upload_error_document,
 )
 from rootcause_core.pod_stop import POD_STOP
@@ -76,9 +78,11 @@ logger = logging.getLogger(__name__)
 RETRY_RULE = RetryRule.UNLESS_REFUSED
 
 if in_pod_main_process():
-    # ``a0`` loads the task before it downloads the inputs: from here on a kubelet's SIGTERM is noted,
-    # and the launch ends as preempted as it starts (:mod:`rootcause_engine.agent.termination`),
-    # where Python's default would end the pod non-zero and fail the job with nothing to read
+    # Noted from the first line where ``rootcause-a0`` runs the pod (:mod:`.runtime`, the task's own
+    # container args); where plain ``a0`` does, from here on: ``a0`` loads the task before it
+    # downloads the inputs, and the launch then ends as preempted as it starts
+    # (:mod:`rootcause_engine.agent.termination`), where Python's default would end the pod non-zero
+    # and fail the job with nothing to read.
     POD_STOP.install()
 
 #: torch elastic's start method for the workers: upstream's (``LaunchConfig``'s default).
@@ -139,6 +143,12 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             result = out[0] if 0 in out else leave_outputs_to_rank_0(out)
             await self.post(result)
         return result
+
+    def container_args(self, serialize_context: SerializationContext) -> list[str]:
+        """flyte's own args, run by ``rootcause-a0`` (:mod:`flyteplugins.rootcause.runtime`) instead of
+        ``a0``: a pod the kubelet stops while it starts is then the recorded, recoverable root cause,
+        not an exit 143 that fails the job with nothing to read."""
+        return run_by_rootcause_runtime(super().container_args(serialize_context))
 
     def _recording(self, straggler_file: str) -> RecordingTaskFunction:
         """What each worker runs: the user's function, recorded, after the worker-side settings and

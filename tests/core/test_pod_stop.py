@@ -43,7 +43,7 @@ def test_the_first_sigterm_is_acted_on_once_and_later_ones_only_counted() -> Non
     assert acted == [signal.SIGTERM] and notice.count == 2 and notice.on_first is None
 
 
-@pytest.mark.parametrize(("argv0", "installed"), [("a0", True), ("pytest", False)])
+@pytest.mark.parametrize(("argv0", "installed"), [("a0", True), ("rootcause-a0", True), ("pytest", False)])
 def test_the_flyte_2_task_module_notes_sigterm_in_a_pods_main_process_only(tmp_path: Path, argv0: str,
                                                                           installed: bool) -> None:
     """``a0`` loads the task before its inputs: the notice is installed then, and never in a user's

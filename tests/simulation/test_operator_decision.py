@@ -132,3 +132,24 @@ def test_a_preempted_flyte_2_pod_is_the_recoverable_root_cause_at_the_decision(t
     _assert_names(view, "train-worker-1", logs)
     assert view.recoverable is True, view.message
     assert "preempted" in view.message.splitlines()[0], view.message
+
+
+@pytest.mark.parametrize("after_s", [0.2, 2.5], ids=["in-its-imports", "loading-the-task"])
+def test_a_flyte_2_pod_stopped_while_it_starts_is_the_recoverable_root_cause_at_the_decision(
+    tmp_path: Path, after_s: float
+) -> None:
+    """The kubelet SIGTERMs pod 1 while ``a0`` still imports flyte and torch, or loads the task: the
+    task's container args run ``rootcause-a0``, which notes the SIGTERM from its first line, so the
+    launch ends as it starts and the pod exits 0 with its ``error.pb`` (flyte's ``a0`` alone would
+    exit 143: Failed, nothing read)."""
+    fault = Fault(FaultKind.PREEMPT, pod="train-worker-1", step=AT_POD_START, sigterm_after_s=after_s)
+    spec = Flyte2JobSpec(task=flyte2_training.train_2x1, nnodes=2, nproc_per_node=1, root=tmp_path / "bucket",
+                         fault=fault, termination_grace_s=GRACE_S, timeout_s=180,
+                         delete_after_decision_s=DELETE_AFTER_DECISION_S)
+    result = run_flyte2_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    assert result.operator.pod == "train-worker-1" and result.operator.code == 0, (result.operator, logs)
+    view = flyte2_console(result)
+    _assert_names(view, "train-worker-1", logs)
+    assert view.recoverable is True, view.message
+    assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message

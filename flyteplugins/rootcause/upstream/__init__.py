@@ -34,6 +34,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol("flyteplugins-pytorch", _TASK, "TorchFunctionTask.post", "calls after a successful launch"),
     Symbol("flyteplugins-pytorch", _TASK, "launcher_entrypoint", "hands torch as each worker's entrypoint"),
     Symbol("flyte", "flyte._context", "internal_ctx", "reads the task context the launch runs in"),
+    Symbol("flyte", "flyte._bin.runtime", "main", "runs the action (the a0 command) after the SIGTERM notice"),
     Symbol("flyte", "flyte._internal.runtime.convert", "convert_from_native_to_error", "the last-resort writer"),
     Symbol("flyte", "flyte._internal.runtime.io", "upload_error", "the last-resort writer: error.pb"),
     Symbol("flyte", "flyte.models", "CLUSTERED_WORKER_ENV", "marks a pod without rank 0 as a nonzero-rank worker"),
@@ -45,15 +46,18 @@ SYMBOLS: tuple[Symbol, ...] = (
 
 #: The console script of flyte's runtime, the main process of every pod of a Flyte 2 action.
 RUNTIME_SCRIPT = "a0"
+#: This flavour's console script that runs it: the kubelet's SIGTERM noted first
+#: (:mod:`flyteplugins.rootcause.runtime`); the task's container args name it instead of ``a0``.
+ROOTCAUSE_RUNTIME_SCRIPT = "rootcause-a0"
 #: The flag on the command line of a process that ``multiprocessing`` spawned (its ``spawn_main``).
 SPAWNED_WORKER_FLAG = "--multiprocessing-fork"
 
 
 def in_pod_main_process() -> bool:
-    """This process is a pod's ``a0``: not a user's ``flyte run --local`` or a notebook, and not a
-    worker it spawned (``multiprocessing`` gives a spawned worker its parent's ``sys.argv`` while it
-    imports the task; only the interpreter's own command line tells it apart)."""
-    return os.path.basename(sys.argv[0] if sys.argv else "") == RUNTIME_SCRIPT and (
+    """This process is a pod's ``a0`` (flyte's or this flavour's): not a user's ``flyte run --local`` or
+    a notebook, and not a worker it spawned (``multiprocessing`` gives a spawned worker its parent's
+    ``sys.argv`` while it imports the task; only the interpreter's own command line tells it apart)."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") in (RUNTIME_SCRIPT, ROOTCAUSE_RUNTIME_SCRIPT) and (
         SPAWNED_WORKER_FLAG not in sys.orig_argv
     )
 
@@ -171,3 +175,16 @@ def leave_outputs_to_rank_0(results: dict[int, Any]) -> Any:
     first_rank = min(results)
     os.environ["RANK"] = str(first_rank)
     return results[first_rank]
+
+
+def run_by_rootcause_runtime(args: list[str]) -> list[str]:
+    """The container args of a task with :data:`ROOTCAUSE_RUNTIME_SCRIPT` in place of flyte's ``a0``
+    (args that start with anything else are returned as they are: another runtime command)."""
+    return [ROOTCAUSE_RUNTIME_SCRIPT, *args[1:]] if args[:1] == [RUNTIME_SCRIPT] else list(args)
+
+
+def run_flyte_runtime() -> None:
+    """Run flyte's ``a0`` command in this process, on this process's command line (click parses it)."""
+    from flyte._bin.runtime import main
+
+    main()
