@@ -3,7 +3,7 @@
 Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,vanish]
 [--nnodes 4] [--no-baseline]`` (default: all kinds, 2 pods, baseline included).
 
-Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers
+Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers (8 pods: x 1)
 (``rootcause_harness.flytekit``) with one fault, twice:
 
 - **this plugin**: the ``ElasticRootCause`` task, started by ``pyflyte-rootcause-execute`` (its
@@ -238,7 +238,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-"))
-    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers; correct pod and rank, "
+    shape = f"{args.nnodes} pods x {NPROC_PER_NODE[args.nnodes]} workers"
+    print(f"{args.trials} trials per kind; {shape}; correct pod and rank, "
           "median/p90 fault -> all pods exited")
     print("breakdown (this plugin, median/p90 from the fault): the faulty pod and the last pod to exit")
     print("per kind: this plugin (our reader after the last exit) | the Go rule on its files after the last exit | "

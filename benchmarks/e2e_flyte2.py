@@ -4,7 +4,7 @@ Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds r
 [--nnodes 4] [--no-baseline] [--default-restarts]`` (default: every kind of
 ``benchmarks/fault_kinds.py``, 2 pods, ``max_restarts=0``).
 
-Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers
+Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers (8 pods: x 1)
 (``rootcause_harness.flyte2``: every pod the real ``a0`` entrypoint, local folders as the
 bucket, all pods writing the one output prefix of the action) with one fault, twice on the same
 fault: with this plugin's ``ElasticRootCause`` and with upstream ``Elastic``. What is judged is the
@@ -147,7 +147,8 @@ def main() -> None:
     logging.disable(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="rootcause-e2e-flyte2-"))
     restarts = "Elastic's default max_restarts (3)" if args.default_restarts else "max_restarts=0"
-    print(f"{args.trials} trials per kind; {args.nnodes} pods x 2 workers through a0, {restarts}; the action's "
+    shape = f"{args.nnodes} pods x {NPROC_PER_NODE[args.nnodes]} workers"
+    print(f"{args.trials} trials per kind; {shape} through a0, {restarts}; the action's "
           "error.pb names the faulty pod and rank; median/p90 fault -> all pods exited")
     print(f"{'fault':<20} ElasticRootCause: after the last exit | at the operator's decision (right, fault -> "
           "decision) | flyteplugins.pytorch.Elastic: after the last exit | at the operator's decision")
