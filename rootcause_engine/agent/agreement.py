@@ -36,15 +36,13 @@ from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.store_values import bad_value, bump_counter, read_counter
 from rootcause_engine.settings import DEFAULT_AGREEMENT_TIMEOUT_S
+from rootcause_engine.store_layout import AGREED_KEY, AGREED_READ_KEY, said_key
 
 logger = logging.getLogger(__name__)
 
 #: Pause between two looks at the store for missing words.
 POLL_S = 0.05
 
-_PREFIX = "rootcause/agree/"
-_DECIDED_KEY = f"{_PREFIX}decided"
-_READ_KEY = f"{_PREFIX}read"
 
 #: What a store that has gone away raises (torch's ``DistError`` family is ``RuntimeError``).
 _STORE_ERRORS = (RuntimeError, OSError, ValueError, StoreUnresponsive)
@@ -74,10 +72,6 @@ def job_report(
     if diagnosis.trigger == Trigger.AGENT_HUNG:
         agreed = dataclasses.replace(agreed, message=f"{agreed.message}\n\n{WATCHDOG_NOTE}")
     return agreed
-
-
-def _said_key(group_rank: int) -> str:
-    return f"{_PREFIX}said/{group_rank}"
 
 
 def reach_agreement(
@@ -119,12 +113,12 @@ def _agree(
     retry_rule: RetryRule,
 ) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
-    store.call("set", _said_key(store.group_rank), word.to_json())
+    store.call("set", said_key(store.group_rank), word.to_json())
     words = {store.group_rank: word}
     while True:
         expected = set(range(store.world_size)) - lost()
         for rank in sorted(expected - words.keys()):
-            key = _said_key(rank)
+            key = said_key(rank)
             if store.call("check", [key]):
                 said = PodWord.from_json(store.call("get", key))
                 if said is not None:
@@ -138,8 +132,8 @@ def _agree(
         missing = sorted(expected - words.keys())
         logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
     proposal = agreed_report(list(words.values()), retry_rule=retry_rule)
-    decided = AgreedReport.from_json(store.call("compare_set", _DECIDED_KEY, "", proposal.to_json()))
-    bump_counter(store.call, _READ_KEY)
+    decided = AgreedReport.from_json(store.call("compare_set", AGREED_KEY, "", proposal.to_json()))
+    bump_counter(store.call, AGREED_READ_KEY)
     if store.hosts_store:
         _keep_store_until_read(store, len(words), deadline)
     if decided is None:
@@ -151,7 +145,7 @@ def _agree(
 def _keep_store_until_read(store: RoundStore, readers: int, deadline: float) -> None:
     """The store's host stays until ``readers`` pods read the decision (or the deadline passes)."""
     while time.monotonic() < deadline:
-        count = read_counter(store.call, _READ_KEY)  # a bad count: the wait goes on to the deadline
+        count = read_counter(store.call, AGREED_READ_KEY)  # a bad count: the wait goes on to the deadline
         if count is not None and count >= readers:
             return
         time.sleep(POLL_S)

@@ -47,6 +47,7 @@ from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
+from rootcause_engine.store_layout import hang_wait_key
 from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S, BeaconReading, beacon_path, read_beacon
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,9 @@ logger = logging.getLogger(__name__)
 WATCH_INTERVAL_S = BEACON_INTERVAL_S
 #: A wait is published once it lasted this fraction of ``after_s`` (well before a peer needs it).
 PUBLISH_FRACTION = 0.5
-_KEY_PREFIX = "rootcause/hang/wait/"
 #: What the store may raise (torch's ``DistError`` family is ``RuntimeError``; a bounded call that
 #: gave up raises ``StoreUnresponsive``, a ``TimeoutError``).
 _STORE_ERRORS = (RuntimeError, OSError, ValueError)
-
-
-def _wait_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}{group_rank}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,14 +228,14 @@ class HangWatch:
         if self._published == said:
             return
         with contextlib.suppress(*_STORE_ERRORS):
-            store.call("set", _wait_key(store.group_rank), text)
+            store.call("set", hang_wait_key(store.group_rank), text)
             self._published = said
 
     def _peer_waits(self, store: RoundStore | None) -> list[PeerWait]:
         """Every other pod's published waits (what the store answers; nothing when it does not)."""
         if store is None or store.world_size < 2:
             return []
-        keys = [_wait_key(rank) for rank in range(store.world_size) if rank != store.group_rank]
+        keys = [hang_wait_key(rank) for rank in range(store.world_size) if rank != store.group_rank]
         try:
             if store.call("check", keys):
                 values = store.call("multi_get", keys)

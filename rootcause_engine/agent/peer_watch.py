@@ -87,6 +87,18 @@ from rootcause_engine.agent.store_values import (
     read_counter,
     text_value,
 )
+from rootcause_engine.store_layout import (
+    FAILURES_KEY,
+    STORE_HOST_KEY,
+    VERDICT_NUMBERS_KEY,
+    alive_key,
+    done_key,
+    failed_key,
+    link_key,
+    member_key,
+    stalled_key,
+    verdict_key,
+)
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
@@ -110,45 +122,6 @@ LINK_CONFIRM_BEATS = 2
 #: How many beats seen after a link closed prove the peer lives (one may be a last beat in flight).
 _BEATS_PROVING_LIFE = 2
 
-_KEY_PREFIX = "rootcause/"
-
-
-def _member_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}member/{group_rank}"
-
-
-def _link_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}link/{group_rank}"
-
-
-def _alive_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}alive/{group_rank}"
-
-
-def _failed_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}failed/{group_rank}"
-
-
-def _done_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}done/{group_rank}"
-
-
-def _stalled_key(group_rank: int) -> str:
-    return f"{_KEY_PREFIX}stalled/{group_rank}"
-
-
-def _verdict_key(index: int) -> str:
-    """The ``index``-th lost-pod verdict of the round (from 1): read by number, so a pod that sees
-    the counter move reads only the new verdicts, whatever the pod count."""
-    return f"{_KEY_PREFIX}lost/{index}"
-
-
-#: The store host's member entry again, under a name every pod can poll for cheaply.
-_STORE_HOST_KEY = f"{_KEY_PREFIX}store-host"
-#: Numbers the lost-pod verdicts (two watchers may write at once); read once per heartbeat by every pod.
-_VERDICT_NUMBERS_KEY = f"{_KEY_PREFIX}verdict-numbers"
-
-
 #: How many heartbeats a pod looks for its witnesses' link endpoints before it does without them.
 _WITNESS_LOOKS = 20
 
@@ -166,11 +139,7 @@ def _verdict_log(world_size: int) -> StoreLog:
     """The round's verdicts: at most one per pod, with room for a few numbered twice (a watcher that
     found its verdict voided) and a few for the same pod (its watcher changed): a count beyond is no
     count of ours."""
-    return StoreLog(_VERDICT_NUMBERS_KEY, _verdict_key, max_entries=world_size + MAX_KEYS_PER_READ)
-
-
-#: How many pods announced a failure in the round (a store counter, read once per heartbeat).
-_FAILURES_KEY = f"{_KEY_PREFIX}failures"
+    return StoreLog(VERDICT_NUMBERS_KEY, verdict_key, max_entries=world_size + MAX_KEYS_PER_READ)
 
 
 #: What the store raises when it cannot be reached (torch's ``DistError`` family is ``RuntimeError``).
@@ -287,13 +256,13 @@ class PeerWatch:
             self._round = current
         if joined.group_world_size < 2:
             return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
-        self._call(current, "set", _member_key(own.group_rank), json.dumps(own.entry()))
+        self._call(current, "set", member_key(own.group_rank), json.dumps(own.entry()))
         if own.hosts_store:
-            self._call(current, "set", _STORE_HOST_KEY, json.dumps(own.entry()))
-        self._call(current, "set", _alive_key(own.group_rank), str(time.time_ns()))
+            self._call(current, "set", STORE_HOST_KEY, json.dumps(own.entry()))
+        self._call(current, "set", alive_key(own.group_rank), str(time.time_ns()))
         endpoint = self._listen(joined.store)
         if endpoint is not None:
-            self._call(current, "set", _link_key(own.group_rank), endpoint.to_text())
+            self._call(current, "set", link_key(own.group_rank), endpoint.to_text())
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()
 
@@ -302,7 +271,7 @@ class PeerWatch:
         follows is not taken for a lost pod, then stop the heartbeat."""
         current = self._current()
         if current is not None and current.world_size >= 2:
-            self._call(current, "set", _done_key(current.own.group_rank), str(time.time_ns()))
+            self._call(current, "set", done_key(current.own.group_rank), str(time.time_ns()))
         self.stop()
 
     def stop(self) -> None:
@@ -371,9 +340,9 @@ class PeerWatch:
             return
         rank = current.own.group_rank
         if stalled is not None:
-            self._call(current, "set", _stalled_key(rank), json.dumps(stalled.to_json()))
-        self._call(current, "set", _failed_key(rank), str(time.time_ns()))
-        self._guarded(current, lambda call: bump_counter(call, _FAILURES_KEY))
+            self._call(current, "set", stalled_key(rank), json.dumps(stalled.to_json()))
+        self._call(current, "set", failed_key(rank), str(time.time_ns()))
+        self._guarded(current, lambda call: bump_counter(call, FAILURES_KEY))
 
     def leave(self) -> None:
         """Say this pod is done with the store; if it hosts it, keep it until every peer is done too.
@@ -388,14 +357,14 @@ class PeerWatch:
         current = self._current()
         if current is None or current.world_size < 2:
             return
-        self._call(current, "set", _done_key(current.own.group_rank), str(time.time_ns()))
+        self._call(current, "set", done_key(current.own.group_rank), str(time.time_ns()))
         if not current.own.hosts_store:
             return
         pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank} - current.lost
         deadline = time.monotonic() + self.lost_after_s + 2 * self.interval_s
         while pending and time.monotonic() < deadline:
             for rank in sorted(pending):
-                done, ok = self._read(current, _done_key(rank))
+                done, ok = self._read(current, done_key(rank))
                 if not ok:
                     return
                 if done is not None:
@@ -423,17 +392,17 @@ class PeerWatch:
         for rank in range(current.world_size):
             if rank == current.own.group_rank:
                 continue
-            value, ok = self._read(current, _stalled_key(rank))
+            value, ok = self._read(current, stalled_key(rank))
             if not ok:
                 return tuple(stalls), False
-            stall = _parse_stall(value, _stalled_key(rank))
+            stall = _parse_stall(value, stalled_key(rank))
             if stall is not None:
                 stalls.append(stall)
         return tuple(stalls), True
 
     def _every_peer_failed(self, current: _Round) -> bool:
         """Every other pod announced its failure (the failure counter counts this pod's too)."""
-        count, _ = self._guarded(current, lambda call: read_counter(call, _FAILURES_KEY))
+        count, _ = self._guarded(current, lambda call: read_counter(call, FAILURES_KEY))
         return count is not None and count >= current.world_size
 
     def lost_peers(self) -> tuple[LostPeer, ...]:
@@ -462,7 +431,7 @@ class PeerWatch:
                     pending.discard(peer.group_rank)
                     judged[peer.group_rank] = peer
             for rank in sorted(pending):
-                announced, ok = self._read(current, _failed_key(rank))
+                announced, ok = self._read(current, failed_key(rank))
                 beat, ok_beat = self._read_beat(current, rank) if ok and announced is None else (None, ok)
                 if not (ok and ok_beat):
                     store_gone = True
@@ -507,7 +476,7 @@ class PeerWatch:
         entries, _ = self._guarded(current, read)
         return [
             peer for number, value in entries or ()
-            if (peer := _parse_verdict(value, _verdict_key(number), current.world_size)) is not None
+            if (peer := _parse_verdict(value, verdict_key(number), current.world_size)) is not None
         ]
 
     # --- the watch's thread --------------------------------------------------------------------
@@ -515,7 +484,7 @@ class PeerWatch:
     def _run(self, current: _Round) -> None:
         told = False
         while not current.stop.is_set():
-            beat = self._call(current, "set", _alive_key(current.own.group_rank), str(time.time_ns()))
+            beat = self._call(current, "set", alive_key(current.own.group_rank), str(time.time_ns()))
             if len(current.members) < current.world_size:
                 self._learn_members(current)
             if self.silence_limit_s is not None:
@@ -589,7 +558,7 @@ class PeerWatch:
         # starved agent may publish its first beat late
         elif silent_for < (limit if current.watched_beat is not None else 2 * limit):
             return
-        ended = [self._read(current, key(rank)) for key in (_failed_key, _done_key)]
+        ended = [self._read(current, key(rank)) for key in (failed_key, done_key)]
         if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
             current.watched_since = now  # it said it failed or finished: silence is expected
             return
@@ -651,8 +620,8 @@ class PeerWatch:
     def _link_to(self, current: _Round, rank: int) -> None:
         """Connect to the watched peer's agent, once it has published where it listens (a peer that
         publishes no endpoint, or cannot be reached, is watched by heartbeat alone)."""
-        value, ok = self._read(current, _link_key(rank))
-        endpoint = LinkEndpoint.from_text(text_value(value, _link_key(rank))) if ok else None
+        value, ok = self._read(current, link_key(rank))
+        endpoint = LinkEndpoint.from_text(text_value(value, link_key(rank))) if ok else None
         if endpoint is not None:
             current.link = link_hub().watch(endpoint, on_closed=current.wake.set)
 
@@ -696,10 +665,10 @@ class PeerWatch:
             return
         current.witness_looks += 1
         for rank in missing:
-            value, ok = self._read(current, _link_key(rank))
+            value, ok = self._read(current, link_key(rank))
             if not ok:
                 return
-            endpoint = LinkEndpoint.from_text(text_value(value, _link_key(rank)))
+            endpoint = LinkEndpoint.from_text(text_value(value, link_key(rank)))
             if endpoint is not None:
                 current.witnesses[rank] = endpoint
 
@@ -745,10 +714,10 @@ class PeerWatch:
 
     def _a_peer_failed(self, current: _Round) -> bool:
         """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""
-        count, _ = self._guarded(current, lambda call: read_counter(call, _FAILURES_KEY))
+        count, _ = self._guarded(current, lambda call: read_counter(call, FAILURES_KEY))
         if not count:
             return False
-        own, ok = self._read(current, _failed_key(current.own.group_rank))
+        own, ok = self._read(current, failed_key(current.own.group_rank))
         return ok and count > (0 if own is None else 1)
 
     def _learn_members(self, current: _Round) -> None:
@@ -759,8 +728,8 @@ class PeerWatch:
         itself unknown. Every pod publishes right after the rendezvous, so one look usually reads
         everything: at a thousand pods, eight checks and eight reads per pod, once per job."""
         if not current.store_host_known:
-            value, _ = self._read(current, _STORE_HOST_KEY)
-            member = _parse_member(value, _STORE_HOST_KEY)
+            value, _ = self._read(current, STORE_HOST_KEY)
+            member = _parse_member(value, STORE_HOST_KEY)
             if member is not None:
                 current.store_host_known = True
                 self._add_members(current, [(member.group_rank, value)])
@@ -773,7 +742,7 @@ class PeerWatch:
             chunk = [rank for rank in chunk if rank not in current.members]
             if not chunk:
                 continue
-            keys = [_member_key(rank) for rank in chunk]
+            keys = [member_key(rank) for rank in chunk]
             present = self._call(current, "check", keys)
             if present is None:  # the store did not answer: look again at the next heartbeat
                 remaining.extend(current.member_chunks[index:])
@@ -792,7 +761,7 @@ class PeerWatch:
 
     def _add_members(self, current: _Round, entries: Iterable[tuple[int, bytes | None]]) -> None:
         for rank, value in entries:
-            member = _parse_member(value, _member_key(rank))
+            member = _parse_member(value, member_key(rank))
             if member is not None and member.group_rank == rank:
                 with self._lock:
                     current.members[rank] = member
@@ -809,7 +778,7 @@ class PeerWatch:
         with self._lock:
             known = current.members.get(rank)
         if known is None:
-            value, _ = self._read(current, _member_key(rank))
+            value, _ = self._read(current, member_key(rank))
             self._add_members(current, [(rank, value)])
             with self._lock:
                 known = current.members.get(rank)
@@ -828,8 +797,8 @@ class PeerWatch:
     def _read_beat(self, current: _Round, rank: int) -> tuple[int | None, bool]:
         """``(peer rank's last heartbeat in ns, or None when absent or not a time, whether the store
         answered)``: a forged heartbeat is no beat."""
-        value, ok = self._read(current, _alive_key(rank))
-        return int_value(value, _alive_key(rank)), ok
+        value, ok = self._read(current, alive_key(rank))
+        return int_value(value, alive_key(rank)), ok
 
     def _store_call(self, current: _Round, operation: str, *args: Any) -> Any:
         """One store operation, raising what the store raises (or ``StoreUnresponsive``).

@@ -37,6 +37,7 @@ from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S, Change, SoftWorld, World
 from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.store_layout import soft_peers_prefix
 from rootcause_engine.upstream.torch_agent_loop import (
     AgentParts,
     is_failed,
@@ -448,7 +449,7 @@ class SoftRestartLoop:
             with self.session.lock:
                 self.session.peer_nodes = world.members
             self.session.watch_peers(JoinedRound(
-                PrefixStore(f"rootcause/soft/peers/{world.version}", self.world.store), rank, len(world.members),
+                PrefixStore(soft_peers_prefix(world.version), self.world.store), rank, len(world.members),
                 tuple(range(rank * local, (rank + 1) * local)),
             ))
 

@@ -67,14 +67,21 @@ from rootcause_engine.agent.store_values import (
     read_value,
     text_value,
 )
+from rootcause_engine.store_layout import (
+    SOFT_ADDED_KEY,
+    SOFT_FINISHED_KEY,
+    SOFT_JOB_KEY,
+    SOFT_LOG_LENGTH_KEY,
+    soft_arrive_key,
+    soft_decided_key,
+    soft_exit_key,
+    soft_log_key,
+    soft_lost_key,
+    soft_world_key,
+)
 
 logger = logging.getLogger(__name__)
 
-_PREFIX = "rootcause/soft/"
-_LOG_LENGTH = f"{_PREFIX}log/len"
-_FINISHED = f"{_PREFIX}finished"
-_JOB = f"{_PREFIX}job"
-_ADDED = f"{_PREFIX}added"
 FORMED, ABANDONED = "formed", "abandoned"
 
 #: How often a node waiting for the other members of a world looks at the store.
@@ -91,18 +98,6 @@ MAX_REASON_CHARS = 2000
 #: The largest log entry a reader accepts (the reason above, escaped as JSON, with room to spare).
 LOG_ENTRY_BYTES = 16 << 10
 _OPS = ("leave", "join", "fatal", "lost")
-
-
-def _log_key(index: int) -> str:
-    return f"{_PREFIX}log/{index}"
-
-
-def _world_key(version: int) -> str:
-    return f"{_PREFIX}world/{version}"
-
-
-def _decided_key(version: int) -> str:
-    return f"{_PREFIX}decided/{version}"
 
 
 class WorldUnreadable(TimeoutError):
@@ -186,7 +181,7 @@ class SoftWorld:
         self.current = World(0, tuple(sorted(initial)))
         self._client = client if client is not None else _client(store, store_timeout_s)
         self._lock = threading.Lock()  # one call at a time: the bounded client serves one
-        self._log = StoreLog(_LOG_LENGTH, _log_key, max_entries=MAX_LOG_ENTRIES)
+        self._log = StoreLog(SOFT_LOG_LENGTH_KEY, soft_log_key, max_entries=MAX_LOG_ENTRIES)
         self._log_read = LogCursor(self._log)
         self._entries: dict[int, Change | None] = {}  # log entries read so far (None: not a change)
 
@@ -202,7 +197,7 @@ class SoftWorld:
 
     def announce_running(self) -> None:
         """The first world formed: a pod that arrives from now on joins it (:meth:`join_running`)."""
-        self._call("set", _JOB, json.dumps({"nodes": len(self.initial)}))
+        self._call("set", SOFT_JOB_KEY, json.dumps({"nodes": len(self.initial)}))
 
     @staticmethod
     def running_job_nodes(store: Any, store_timeout_s: float = STORE_TIMEOUT_S) -> int | None:
@@ -224,10 +219,10 @@ class SoftWorld:
         if initial is None:
             client.close()
             return None
-        added = bump_counter(client.call, _ADDED)
+        added = bump_counter(client.call, SOFT_ADDED_KEY)
         if added is None:
             client.close()
-            raise WorldUnreadable(f"the count of pods that joined the running job ({_ADDED}) is no count")
+            raise WorldUnreadable(f"the count of pods that joined the running job ({SOFT_ADDED_KEY}) is no count")
         world = cls(store, initial - 1 + added, name, range(initial), min_nodes, client=client)
         world.current = world.latest_formed()
         return world
@@ -249,13 +244,13 @@ class SoftWorld:
         change = Change(op, self.node if node is None else node, name or self.name, reason, time.time_ns())
         index = self._log.append(self._call, change.to_json())
         if index is None:
-            raise WorldUnreadable(f"the membership log ({_LOG_LENGTH}) cannot take another change")
+            raise WorldUnreadable(f"the membership log ({SOFT_LOG_LENGTH_KEY}) cannot take another change")
         return index
 
     def _changes_through(self, length: int) -> list[Change]:
         """The valid changes among log entries 1 to ``length`` (a gap waited for, then voided)."""
         for index, value in self._log_read.read_through(self._call, length, poll_s=POLL_INTERVAL_S):
-            self._entries[index] = Change.from_json(value, _log_key(index))
+            self._entries[index] = Change.from_json(value, soft_log_key(index))
         return [change for index, change in sorted(self._entries.items()) if index <= length and change is not None]
 
     def _proposed_length(self, version: int) -> int | None:
@@ -263,9 +258,9 @@ class SoftWorld:
         (``None`` for one that is no length)."""
         length = self._log.length(self._call)
         if length is None:
-            raise WorldUnreadable(f"the membership log's length ({_LOG_LENGTH}) is no count")
-        won = self._call("compare_set", _world_key(version), "", str(length))
-        return int_value(won, _world_key(version), high=MAX_LOG_ENTRIES)
+            raise WorldUnreadable(f"the membership log's length ({SOFT_LOG_LENGTH_KEY}) is no count")
+        won = self._call("compare_set", soft_world_key(version), "", str(length))
+        return int_value(won, soft_world_key(version), high=MAX_LOG_ENTRIES)
 
     def _propose_covering(self, index: int) -> int:
         """The first world whose proposal includes log entry ``index`` (proposing it if needed)."""
@@ -277,14 +272,14 @@ class SoftWorld:
 
     def announce_finished(self) -> None:
         """This node's workers all returned: the training is over."""
-        self._call("set", _FINISHED, str(time.time_ns()))
+        self._call("set", SOFT_FINISHED_KEY, str(time.time_ns()))
 
     def job_finished(self) -> bool:
-        return bool(self._call("check", [_FINISHED]))
+        return bool(self._call("check", [SOFT_FINISHED_KEY]))
 
     def change_proposed(self) -> bool:
         """Whether a world after the current one was proposed (one store round trip)."""
-        return bool(self._call("check", [_world_key(self.current.version + 1)]))
+        return bool(self._call("check", [soft_world_key(self.current.version + 1)]))
 
     def leave(self, reason: str) -> None:
         """This node failed and restarts its workers: the others go on without it."""
@@ -293,7 +288,7 @@ class SoftWorld:
     def remove_lost(self, node: int, name: str, reason: str) -> bool:
         """Another node is lost (the peer watch's verdict: a vanished or frozen pod): the others go on
         without it. The first node to say so logs it (one ``compare_set``); False for the others."""
-        key = f"{_PREFIX}lost/{node}"
+        key = soft_lost_key(node)
         if text_value(self._call("compare_set", key, "", str(self.node)), key) != str(self.node):
             return False
         self._propose_covering(self._append("lost", reason, node=node, name=name))
@@ -315,8 +310,8 @@ class SoftWorld:
         """Wait until every node of the current world, and this one, has reached the end of the job
         (torch's own exit barrier waits for every node of the *first* world, a lost one included).
         False when some did not within ``timeout_s``."""
-        self._call("set", f"{_PREFIX}exit/{self.node}", str(time.time_ns()))
-        keys = [f"{_PREFIX}exit/{node}" for node in sorted({*self.current.members, self.node})]
+        self._call("set", soft_exit_key(self.node), str(time.time_ns()))
+        keys = [soft_exit_key(node) for node in sorted({*self.current.members, self.node})]
         deadline = time.monotonic() + timeout_s
         while not self._call("check", keys):
             if time.monotonic() >= deadline:
@@ -342,7 +337,8 @@ class SoftWorld:
 
     def _world(self, version: int) -> World:
         """World ``version`` as proposed; ``void`` when its proposal is no log length (or absent)."""
-        length = int_value(read_value(self._call, _world_key(version)), _world_key(version), high=MAX_LOG_ENTRIES)
+        key = soft_world_key(version)
+        length = int_value(read_value(self._call, key), key, high=MAX_LOG_ENTRIES)
         if length is None:
             return World(version, self.current.members, void=True)
         changes = self._changes_through(length)
@@ -351,7 +347,7 @@ class SoftWorld:
 
     def _decision(self, version: int) -> str | None:
         """World ``version``'s decision: ``None`` while undecided; anything but ``formed`` is not."""
-        return _decision_text(read_value(self._call, _decided_key(version)), _decided_key(version))
+        return _decision_text(read_value(self._call, soft_decided_key(version)), soft_decided_key(version))
 
     def _abandon(self, version: int) -> None:
         """World ``version`` will not form: make sure a next one is proposed. Where a newer proposal
@@ -362,7 +358,8 @@ class SoftWorld:
 
     def _decide_once(self, version: int, decision: str) -> str:
         """Propose ``decision`` for world ``version``; the one that won (the first proposal)."""
-        won = _decision_text(self._call("compare_set", _decided_key(version), "", decision), _decided_key(version))
+        key = soft_decided_key(version)
+        won = _decision_text(self._call("compare_set", key, "", decision), key)
         return won if won is not None else ABANDONED
 
     # --- forming a world ----------------------------------------------------------------------
@@ -393,19 +390,19 @@ class SoftWorld:
                                "waiting for a node to come back", version, len(world.members), self.min_nodes)
                 version += 1
                 continue
-            self._call("set", f"{_PREFIX}arrive/{version}/{self.node}", str(time.time_ns()))
+            self._call("set", soft_arrive_key(version, self.node), str(time.time_ns()))
             decision = self._decide(world, timeout_s)
             if decision == FORMED:
                 self.current = world
                 logger.info("soft restart: world %d formed with nodes %s", version, world.members)
                 return world
-            if decision == _FINISHED:
+            if decision == SOFT_FINISHED_KEY:
                 return dataclasses.replace(world, finished=True)
             self._abandon(version)
             version += 1
 
     def _await_proposal(self, version: int, timeout_s: float) -> None:
-        key = _world_key(version)
+        key = soft_world_key(version)
         deadline = time.monotonic() + timeout_s
         while not self._call("check", [key]):
             if time.monotonic() >= deadline:
@@ -413,8 +410,8 @@ class SoftWorld:
             time.sleep(POLL_INTERVAL_S)
 
     def _decide(self, world: World, timeout_s: float) -> str:
-        arrivals = [f"{_PREFIX}arrive/{world.version}/{node}" for node in world.members]
-        newer = _world_key(world.version + 1)
+        arrivals = [soft_arrive_key(world.version, node) for node in world.members]
+        newer = soft_world_key(world.version + 1)
         deadline = time.monotonic() + timeout_s
         while True:
             if (decided := self._decision(world.version)) is not None:
@@ -423,8 +420,8 @@ class SoftWorld:
                 return self._decide_once(world.version, FORMED)
             if self._call("check", [newer]):
                 return self._decide_once(world.version, ABANDONED)
-            if self._call("check", [_FINISHED]):
-                return _FINISHED  # not a decision: the members still training finish in their own world
+            if self._call("check", [SOFT_FINISHED_KEY]):
+                return SOFT_FINISHED_KEY  # not a decision: the members still training finish in their own world
             if time.monotonic() >= deadline:
                 self._give_up_on_missing(world, arrivals)
                 return self._decide_once(world.version, ABANDONED)
@@ -448,10 +445,10 @@ def _client(store: Any, timeout_s: float) -> BoundedStore:
 def _job_nodes(call: Any) -> int | None:
     """The first world's node count of the running job (``job``); ``None`` when none runs yet, or
     when the value is no node count (logged: the pod then takes part in torch's rendezvous)."""
-    entry = as_dict(json_value(read_value(call, _JOB), _JOB))
+    entry = as_dict(json_value(read_value(call, SOFT_JOB_KEY), SOFT_JOB_KEY))
     nodes = None if entry is None else as_int(entry.get("nodes"), low=1, high=MAX_COUNT)
     if entry is not None and nodes is None:
-        bad_value(_JOB, "no node count")
+        bad_value(SOFT_JOB_KEY, "no node count")
     return nodes
 
 

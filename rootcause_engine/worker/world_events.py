@@ -22,10 +22,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from rootcause_engine.store_layout import soft_process_group_prefix
+
 #: Set by the agent for its workers: the directory of the event files.
 EVENTS_DIR_VARIABLE = "ROOTCAUSE_SOFT_RESTART_DIR"
 #: Key prefix, in torch's shared rendezvous store, of each world's process-group keys.
-PROCESS_GROUP_PREFIX = "rootcause/soft/pg"
 
 
 class WorkerState(enum.StrEnum):
@@ -73,7 +74,7 @@ class WorkerInfo:
             wait_for_workers=False,
         )
         parameters: dict[str, Any] = {
-            "store": dist.PrefixStore(f"{PROCESS_GROUP_PREFIX}/{self.world_version}", store),
+            "store": dist.PrefixStore(soft_process_group_prefix(self.world_version), store),
             "rank": self.rank,
             "world_size": self.world_size,
         }

@@ -1,0 +1,136 @@
+"""Every key the engine keeps in torch's rendezvous store: one layout, one rank space.
+
+Why one module: the peer watch, the hang watch, the agreement and the soft-restart world of every
+pod meet in the same store, each pod reading what the others wrote. A key spelled in two places, or
+a rank that means a group rank in one and a node index in another, is a verdict nobody reads. The
+modules that write and read these keys say what each value holds and how it is checked
+(:mod:`rootcause_engine.agent.store_values`); this module only says where it lives.
+
+Two scopes:
+
+- **the round's store** (torch's ``PrefixStore`` for one rendezvous round; a hard restart is a new
+  round, so these keys start empty again), under :data:`ROUND`. ``<r>`` is the pod's *group rank*
+  in the round, torch's: the peer watch's membership, liveness and failures, its lost-pod verdicts
+  (a numbered log), the hang watch's published waits and the agreement's words and decision;
+- **the job's store** (the rendezvous store under ``rootcause/<run id>``: the seam's
+  ``TorchAgentLoop.job_store``, alive across rounds so that a pod arriving once the job runs finds
+  it), under :data:`SOFT`. ``<n>`` is a *node index*: the group rank in the first world, kept across
+  restarts; a pod that joins the running job takes the next free one. The soft-restart world's
+  membership log, its worlds and their decisions, and the prefixes of each world's peer watch and
+  process group.
+"""
+
+from __future__ import annotations
+
+#: The round's keys.
+ROUND = "rootcause/"
+#: The store host's member entry again, under a name every pod can poll for cheaply.
+STORE_HOST_KEY = f"{ROUND}store-host"
+#: Numbers the lost-pod verdicts (two watchers may write at once); read once per heartbeat by every pod.
+VERDICT_NUMBERS_KEY = f"{ROUND}verdict-numbers"
+#: How many pods announced a failure in the round (a counter, read once per heartbeat).
+FAILURES_KEY = f"{ROUND}failures"
+#: The report the failing pods agreed on (the first proposal wins: ``compare_set``).
+AGREED_KEY = f"{ROUND}agree/decided"
+#: How many pods read the agreed report (the store's host waits for them before it goes).
+AGREED_READ_KEY = f"{ROUND}agree/read"
+
+
+def member_key(group_rank: int) -> str:
+    """A pod's member entry: its name, first global rank, worker count, whether it hosts the store."""
+    return f"{ROUND}member/{group_rank}"
+
+
+def link_key(group_rank: int) -> str:
+    """Where a pod's peer link listens (its watcher's connection, and the isolation rule's probes)."""
+    return f"{ROUND}link/{group_rank}"
+
+
+def alive_key(group_rank: int) -> str:
+    """A pod's heartbeat (its wall time, rewritten every beat)."""
+    return f"{ROUND}alive/{group_rank}"
+
+
+def failed_key(group_rank: int) -> str:
+    """A pod's workers failed (announced before its diagnosis: failing, not lost)."""
+    return f"{ROUND}failed/{group_rank}"
+
+
+def done_key(group_rank: int) -> str:
+    """A pod is done with the round (its workers all returned, or it leaves): its silence is expected."""
+    return f"{ROUND}done/{group_rank}"
+
+
+def stalled_key(group_rank: int) -> str:
+    """The collective a pod's workers timed out in, when they did (the hung-rank rule)."""
+    return f"{ROUND}stalled/{group_rank}"
+
+
+def verdict_key(index: int) -> str:
+    """The ``index``-th lost-pod verdict of the round (from 1): read by number, so a pod that sees
+    the counter move reads only the new verdicts, whatever the pod count."""
+    return f"{ROUND}lost/{index}"
+
+
+def hang_wait_key(group_rank: int) -> str:
+    """The waits a pod's hang watch published (a rank that has waited half of ``hang_after_s``)."""
+    return f"{ROUND}hang/wait/{group_rank}"
+
+
+def said_key(group_rank: int) -> str:
+    """What a failing pod saw, for the agreement (its ``PodWord``)."""
+    return f"{ROUND}agree/said/{group_rank}"
+
+
+#: The job's soft-restart keys.
+SOFT = "rootcause/soft/"
+#: The membership log's length (an atomic ``add`` numbers each entry).
+SOFT_LOG_LENGTH_KEY = f"{SOFT}log/len"
+#: A node's workers all returned: the training is over.
+SOFT_FINISHED_KEY = f"{SOFT}finished"
+#: The job is running: the first world's node count.
+SOFT_JOB_KEY = f"{SOFT}job"
+#: How many pods joined the running job (their node indexes follow the first world's).
+SOFT_ADDED_KEY = f"{SOFT}added"
+#: Under the job's store: the prefix of each world's process group (``soft_process_group_prefix``).
+SOFT_PROCESS_GROUP = f"{SOFT}pg"
+
+
+def soft_log_key(index: int) -> str:
+    """Entry ``index`` (from 1) of the membership log: ``leave``, ``join``, ``fatal`` or ``lost``."""
+    return f"{SOFT}log/{index}"
+
+
+def soft_world_key(version: int) -> str:
+    """World ``version``'s proposal: the log length it covers (the first proposal wins)."""
+    return f"{SOFT}world/{version}"
+
+
+def soft_decided_key(version: int) -> str:
+    """World ``version``'s decision: ``formed`` or ``abandoned`` (the first decision wins)."""
+    return f"{SOFT}decided/{version}"
+
+
+def soft_arrive_key(version: int, node: int) -> str:
+    """Node ``node`` is ready for world ``version``."""
+    return f"{SOFT}arrive/{version}/{node}"
+
+
+def soft_exit_key(node: int) -> str:
+    """Node ``node`` reached the end of the job (the exit barrier of a world that is not the first)."""
+    return f"{SOFT}exit/{node}"
+
+
+def soft_lost_key(node: int) -> str:
+    """Which node logged node ``node`` lost first (one ``compare_set``: the others follow)."""
+    return f"{SOFT}lost/{node}"
+
+
+def soft_peers_prefix(version: int) -> str:
+    """The prefix of world ``version``'s peer watch (its round keys, :data:`ROUND`, live under it)."""
+    return f"{SOFT}peers/{version}"
+
+
+def soft_process_group_prefix(version: int) -> str:
+    """The prefix of world ``version``'s process group store (the workers' ``init_process_group``)."""
+    return f"{SOFT_PROCESS_GROUP}/{version}"
