@@ -84,13 +84,10 @@ def test_the_api_outside_a_soft_restart_launch_says_so(monkeypatch: pytest.Monke
 
 
 def test_pg_parameters_name_the_world_s_own_store_prefix_rank_and_size() -> None:
-    import torch.distributed as dist
+    from testbed.tcp_store import LOOPBACK, master_store
 
-    from rootcause_harness.loopback import free_port
-
-    port = free_port()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    info = WorkerInfo(0, 0, 0, 1, 1, 1, "127.0.0.1", port, world_version=7)
+    server = master_store()  # port 0: the kernel's free port, no race with another test
+    info = WorkerInfo(0, 0, 0, 1, 1, 1, LOOPBACK, server.port, world_version=7)
     params = info.get_pg_parameters()
     assert (params["rank"], params["world_size"]) == (0, 1)
     params["store"].set("k", "v")

@@ -16,14 +16,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.worker.world_events import WorkerEvent, WorkerInfo, WorkerState, WorldChangeEvent
+from testbed.tcp_store import master_store
 
 #: One rank of three: joins world 0 through the plugin's worker hook and ``reinitialize``, trains;
 #: rank 2 freezes itself (SIGSTOP) at step 3. A survivor writes what ended its all-reduce.
@@ -56,7 +55,7 @@ def _info(rank: int, world_size: int, port: int, version: int) -> WorkerInfo:
 
 @pytest.mark.slow
 def test_a_scale_down_whose_paused_was_already_superseded_still_ends_the_blocked_collective(tmp_path: Path) -> None:
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False)
+    server = master_store(timeout_s=30)
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
     channels, processes = [], []

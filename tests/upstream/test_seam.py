@@ -578,9 +578,6 @@ def _termination_handler(_: Any) -> None:
 def _running_job_parts(_: Any) -> None:
     """A pod joining a running job: the handler's own store (a TCPStore client, outside any round),
     scoped to the run id, and a worker group filled in without a rendezvous."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
     from torch.distributed.elastic.agent.server.api import WorkerSpec
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
@@ -588,8 +585,9 @@ def _running_job_parts(_: Any) -> None:
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
     from rootcause_engine.upstream.torch_agent_loop import AgentParts
+    from testbed.tcp_store import master_store
 
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False)
+    server = master_store()
     handler = dynamic_rendezvous.DynamicRendezvousHandler.from_backend(
         "run-1", server, C10dRendezvousBackend(server, "run-1"), min_nodes=1, max_nodes=2)
     assert handler._store is server
