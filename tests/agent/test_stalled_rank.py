@@ -24,6 +24,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
 )
 from rootcause_engine.agent.worker_progress import Usage
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress
+from tests.worker_failures import worker_failure
 
 S = 1_000_000_000
 NOW = 1_800_000_000 * S
@@ -222,11 +223,7 @@ def test_at_most_max_waits_are_read() -> None:
 
 
 def _failure(pid: int, rank: int, role: Role, timestamp_ns: int) -> WorkerFailure:
-    return WorkerFailure(
-        global_rank=rank, local_rank=rank % 2, group_rank=rank // 2, worker=f"pod-{rank // 2}", host="h", pid=pid,
-        exitcode=None, signal_number=15, exception_type=None, message="", traceback="", timestamp_ns=timestamp_ns,
-        time_source=TimeSource.OBSERVED, role=role, recoverable=False,
-    )
+    return worker_failure(rank, role=role, timestamp_ns=timestamp_ns, pid=pid, signal_number=15)
 
 
 def test_a_worker_the_watch_named_becomes_the_root_cause_with_its_probed_stacks() -> None:

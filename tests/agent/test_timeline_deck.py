@@ -6,9 +6,10 @@ import signal
 from html.parser import HTMLParser
 
 from flytekitplugins_rootcause.report import timeline_html
-from rootcause_core.ordering import Role, TimeSource
+from rootcause_core.ordering import Role
 from rootcause_core.timeline import ROOT_CAUSE, build_timeline, span_s, text_bar
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
+from tests.worker_failures import worker_failure
 
 T0 = 1_795_000_000_000_000_000
 
@@ -16,8 +17,7 @@ T0 = 1_795_000_000_000_000_000
 def failure(rank: int, offset_ms: float | None, role: Role, *, signal_number: int | None = None,
             message: str = "") -> WorkerFailure:
     ts = None if offset_ms is None else T0 + int(offset_ms * 1e6)
-    return WorkerFailure(rank, rank % 2, rank // 2, f"pod-{rank // 2}", "host", 100 + rank, None, signal_number,
-                         None, message, "", ts, TimeSource.OBSERVED, role, False)
+    return worker_failure(rank, role=role, timestamp_ns=ts, host="host", signal_number=signal_number, message=message)
 
 
 FAILURES = [

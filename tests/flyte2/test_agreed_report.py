@@ -12,17 +12,17 @@ from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agree
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_harness.flyte2.verdict import rootcause_verdict
+from tests.worker_failures import worker_failure
 
 S = 1_000_000_000
 T0 = 1_795_000_000 * S
 
 
 def failure(pod: str, rank: int, ns: int, role: Role, message: str, *, recoverable: bool = False) -> WorkerFailure:
-    return WorkerFailure(
-        global_rank=rank, local_rank=rank % 2, group_rank=rank // 2, worker=pod, host="vm", pid=100 + rank,
-        exitcode=1, signal_number=None, exception_type="builtins.RuntimeError", message=message,
-        traceback="Traceback (most recent call last):\n  boom\n", timestamp_ns=ns, time_source=TimeSource.RECORDED,
-        role=role, recoverable=recoverable, source=f"/tmp/{pod}/{rank}/error.json",
+    return worker_failure(
+        rank, role=role, timestamp_ns=ns, worker=pod, host="vm", exitcode=1, exception_type="builtins.RuntimeError",
+        message=message, traceback="Traceback (most recent call last):\n  boom\n", time_source=TimeSource.RECORDED,
+        recoverable=recoverable, source=f"/tmp/{pod}/{rank}/error.json",
     )
 
 
