@@ -36,10 +36,8 @@ instead of "succeeding" with nothing for Flyte to read.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import logging
 import os
 import sys
 import threading
@@ -73,6 +71,7 @@ from flytekitplugins_rootcause.entrypoint.root_cause_wait import (
 )
 from flytekitplugins_rootcause.upstream import flytekit_entrypoint
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
+from rootcause_core.pod_exit import exit_without_teardown
 from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_retry import deadline_inside
 from rootcause_core.worker_names import display_worker_name, raw_worker_name
@@ -280,23 +279,6 @@ def _dispatch_execute(
 _FAILURE_DOCUMENTED = threading.Event()
 
 
-def _exit_now(code: int) -> None:
-    """Flush what the pod printed and logged, then end the process without interpreter teardown.
-
-    Why: once a failed pod's error documents are written, Python's shutdown of an agent that ran
-    torch (module teardown, C++ destructors, thread joins) takes 1-2.5 s (measured with the
-    simulator), and every peer pod and the Flyte backend wait on that exit. Nothing is left to
-    run: flytekit's command has returned, so outputs, decks and error documents were written
-    synchronously; the atexit hooks left (flytekit's idle event-loop runner, torch's macOS-only
-    resource-tracker fix) have nothing to save.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
-
-
 def _execute(**params: Any) -> None:
     """Run flytekit's ``pyflyte-execute`` callback with our ``_dispatch_execute`` in place."""
     try:
@@ -306,7 +288,7 @@ def _execute(**params: Any) -> None:
         _report_failures(error.failures)
         sys.exit(WRITE_FAILED_EXIT_CODE)
     if _FAILURE_DOCUMENTED.is_set():
-        _exit_now(0)  # flytekit's exit status for a task whose error document was written
+        exit_without_teardown(0)  # flytekit's exit status for a task whose error document was written
 
 
 execute_task_cmd = click.Command(
