@@ -9,14 +9,11 @@ becomes the launch's recorded, recoverable root cause as soon as the task starts
 The task's container args name this script instead of ``a0``
 (``RootCauseTorchFunctionTask.container_args``); everything after the script's name is ``a0``'s.
 Nothing but :mod:`rootcause_core.pod_stop` is imported before the notice is installed (this package
-resolves its public names lazily for that reason). Once ``a0`` returns with exit code 0 (the
-action's ``outputs.pb`` or ``error.pb`` written), the process ends without interpreter teardown
-(:mod:`rootcause_core.pod_exit`): the training operator decides the job at the first pod's exit.
+resolves its public names lazily for that reason).
 """
 
 from __future__ import annotations
 
-from rootcause_core.pod_exit import exit_without_teardown
 from rootcause_core.pod_stop import POD_STOP
 
 
@@ -24,12 +21,7 @@ def main() -> None:
     POD_STOP.install()
     from flyteplugins.rootcause.upstream import run_flyte_runtime
 
-    try:
-        run_flyte_runtime()
-    except SystemExit as done:
-        if done.code in (0, None):  # the action's outputs or error.pb are written: the pod owes nothing
-            exit_without_teardown(0)
-        raise
+    run_flyte_runtime()
 
 
 if __name__ == "__main__":
