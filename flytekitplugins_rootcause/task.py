@@ -115,11 +115,8 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 raise self._raised(diagnosis, launch) from None
             except (RendezvousError, DistError) as exc:
                 # torch's agent lost the rendezvous store (its host pod is gone) before it saw its
-                # workers fail: diagnose the attempt all the same, if one was started
-                diagnosis = launch.store_lost(exc)
-                if diagnosis is None:
-                    raise
-                raise self._raised(diagnosis, launch) from None
+                # workers fail, or before they started: a victim's report, never a bare store error
+                raise self._raised(launch.store_lost(exc), launch) from None
             except (IgnoreOutputs, SignalException):
                 # IgnoreOutputs is kfpytorch's answer to torch's SignalException: a pod stopped by its
                 # kubelet would exit 0 with nothing written, and the job would be Succeeded with no

@@ -162,6 +162,13 @@ class RootCauseSettings:
 
             validate_for_task(self.straggler_check, self.nnodes, self.max_restarts)  # type: ignore[attr-defined]
 
+    @property
+    def root_cause_wait_s(self) -> float:
+        """How long a pod whose report names only victims waits for another pod's document naming
+        the root cause before it writes its own: the failing pods' agreement time plus the culprit's
+        teardown, the time the culprit's pod may take to diagnose and write (both flavours)."""
+        return float(self.agreement_timeout_s) + float(self.teardown_grace_s)
+
 
 def check_settings(config: Any) -> None:
     """Raise ``ValueError`` for the first root-cause setting of ``config`` no launch could use."""

@@ -12,8 +12,10 @@ wall-clock second. ``clock_offset_s`` runs the faulty pod's wall clock that far 
 others' (``skewed_clock/sitecustomize.py``), as on a node whose clock is off: its failure then
 *looks* later than its victims' to anyone comparing stamps.
 
-One fault hangs a pod's agent rather than a worker: :func:`hang_agent_monitor`. The watchdog tests'
-task modules call it themselves when a pod imports or runs them.
+Two faults strike a pod's agent rather than a worker: :func:`hang_agent_monitor` (the watchdog
+tests' task modules call it themselves when a pod imports or runs them), and a ``PREEMPT`` at
+:data:`IN_RENDEZVOUS`, armed by :func:`arm_agent_faults` where the simulator's task modules are
+imported.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
+from rootcause_core.worker_names import current_worker_name
+from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous, this_agent_hosts_rendezvous
 
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 #: How a ``RAISE`` fault's exception message starts (a training loop may catch exactly it).
@@ -106,6 +109,10 @@ BEFORE_INIT = -1
 #: task's load), ``sigterm_after_s`` after the simulator started it: no worker runs yet, so the
 #: simulator itself asks for the stop (:func:`ask_for_start_preemption`).
 AT_POD_START = -2
+#: A ``PREEMPT``'s step for a pod stopped while its agent is in the rendezvous: the round is agreed,
+#: the workers' ranks are not yet assigned, no worker runs (:func:`arm_agent_faults`). With
+#: :data:`STORE_HOST_POD`, the other pods lose the store in the middle of their rank assignment.
+IN_RENDEZVOUS = -3
 
 
 #: ``Fault.pod`` value that means "whichever pod's agent hosts the rendezvous store" (which pod
@@ -176,12 +183,13 @@ def record_fault_time(path: Path) -> None:
     tmp.replace(path)
 
 
-def is_faulty_pod(selector: str, pod: str) -> bool:
-    """``selector`` is a pod name, or one of the store-host selectors (resolved by asking /proc; of
-    several pods that match, the first to claim the fault gets it, so exactly one pod is faulty)."""
+def is_faulty_pod(selector: str, pod: str, *, in_agent: bool = False) -> bool:
+    """``selector`` is a pod name, or one of the store-host selectors (resolved by asking /proc about
+    this worker's agent, or with ``in_agent`` this process; of several pods that match, the first to
+    claim the fault gets it, so exactly one pod is faulty)."""
     if selector not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
         return selector == pod
-    hosts = agent_hosts_rendezvous()
+    hosts = this_agent_hosts_rendezvous() if in_agent else agent_hosts_rendezvous()
     if hosts is None or hosts != (selector == STORE_HOST_POD):
         return False
     try:
@@ -268,6 +276,40 @@ def freeze_pod(pod: str) -> None:
 def _block_forever(self: Any, worker_group: Any) -> Any:
     """The agent's monitor poll under :func:`hang_agent_monitor`: a wait that nothing ends."""
     threading.Event().wait()
+
+
+#: How long a pod stopped in its rendezvous waits for its SIGTERM before it goes on (it never should).
+AWAIT_STOP_S = 120.0
+
+
+def arm_agent_faults() -> None:
+    """Arm, in this process, the configured fault that strikes a pod's agent: a ``PREEMPT`` at
+    :data:`IN_RENDEZVOUS`. torch's agent then asks, when it assigns its workers' ranks (the round is
+    agreed), whether its pod is the faulty one; that pod asks the simulator to stop it as its kubelet
+    would and waits in place, so the SIGTERM lands in the rendezvous whatever the machine's load
+    (a timed SIGTERM lands there only by chance). Nothing for any other fault; harmless in a worker
+    process, which runs no agent. torch's agent is imported here, on demand, as in
+    :func:`hang_agent_monitor`."""
+    fault = Fault.from_env(os.environ.get(FAULT_VARIABLE))
+    if fault is None or fault.kind != FaultKind.PREEMPT or fault.step != IN_RENDEZVOUS:
+        return
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+
+    assign_ranks = SimpleElasticAgent._assign_worker_ranks
+
+    def stopped_in_rendezvous(agent: Any, *args: Any, **kwargs: Any) -> Any:
+        pod = current_worker_name()
+        if is_faulty_pod(fault.pod, pod, in_agent=True):
+            if fault.pod not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
+                (_sim_dir() / FAULTY_POD_FILE).write_text(pod)
+            record_fault_time(_sim_dir() / FAULT_TIME_FILE)
+            ask_for_preemption(pod, fault.signals)
+            deadline = time.monotonic() + AWAIT_STOP_S
+            while time.monotonic() < deadline:  # the SIGTERM's handler raises in this sleep
+                time.sleep(0.05)
+        return assign_ranks(agent, *args, **kwargs)
+
+    SimpleElasticAgent._assign_worker_ranks = stopped_in_rendezvous  # type: ignore[method-assign]
 
 
 def hang_agent_monitor() -> None:

@@ -79,12 +79,9 @@ def await_root_cause_document(
 
 
 def root_cause_wait_s(config: ElasticRootCause | None) -> float | None:
-    """How long a victim's pod of this task waits: the failing pods' agreement time plus the
-    culprit's teardown, the time its pod may take to diagnose and write; ``None`` for a task that is
-    not an ``ElasticRootCause`` task (a plain task's pod is alone)."""
-    if config is None:
-        return None
-    return float(config.agreement_timeout_s) + float(config.teardown_grace_s)
+    """How long a victim's pod of this task waits (``RootCauseSettings.root_cause_wait_s``); ``None``
+    for a task that is not an ``ElasticRootCause`` task (a plain task's pod is alone)."""
+    return None if config is None else config.root_cause_wait_s
 
 
 def only_a_victim_named(plan: ErrorDocumentPlan | None) -> bool:

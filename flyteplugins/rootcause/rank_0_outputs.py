@@ -12,36 +12,11 @@ came must be raised before it, to reach ``error.pb``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
-from flyte import storage
-
+from flyteplugins.rootcause.action_outputs import ActionOutputs
 from flyteplugins.rootcause.exceptions import Rank0OutputsMissingError
-from rootcause_core.error_files import ERROR_FILE_NAME
 from rootcause_engine.agent.peer_watch import PeerWatch
-from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME, missing_outputs, wait_for_rank_0_outputs
-
-
-@dataclasses.dataclass(frozen=True)
-class ActionOutputs:
-    """The action's output path, looked at through ``flyte.storage`` (the filesystems and credentials
-    Flyte 2's runtime uses for its own uploads). Flyte 2 reads one ``error.pb`` per action, which
-    every failing pod writes: that is the error document looked for."""
-
-    output_path: str
-
-    def outputs_written(self) -> bool:
-        return self._exists(OUTPUTS_FILE_NAME)
-
-    def error_written(self) -> bool:
-        return self._exists(ERROR_FILE_NAME)
-
-    def _exists(self, name: str) -> bool:
-        """``name`` is under the output path now. The path's cached listing, if any, is forgotten
-        first: fsspec instances are shared, and ``exists`` answers from a cached listing, which would
-        say "absent" for ever."""
-        storage.get_underlying_filesystem(path=self.output_path).invalidate_cache(self.output_path)
-        return storage.exists_sync(storage.join(self.output_path, name))
+from rootcause_engine.agent.rank_0_outputs import missing_outputs, wait_for_rank_0_outputs
 
 
 async def await_rank_0_outputs(output_path: str, peers: PeerWatch, timeout_s: float) -> None:

@@ -26,6 +26,7 @@ there to observe); :mod:`rootcause_harness.flyte2` runs the real launch through 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -50,6 +51,7 @@ from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.exceptions import AgentHungError, root_cause_error
 from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
 from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
+from flyteplugins.rootcause.root_cause_adoption import error_to_write
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
 from flyteplugins.rootcause.upstream import (
     check_flyte,
@@ -119,19 +121,16 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                     diagnosis = launch.workers_failed(exc)
                     if diagnosis is None:
                         raise
-                    raise await self._raised(launch, diagnosis, straggler_file) from None
+                    raise await self._raised(launch, diagnosis, straggler_file, tctx.output_path) from None
                 except (RendezvousError, DistError) as exc:
-                    diagnosis = launch.store_lost(exc)
-                    if diagnosis is None:
-                        raise
-                    raise await self._raised(launch, diagnosis, straggler_file) from None
+                    raise await self._raised(launch, launch.store_lost(exc), straggler_file, tctx.output_path) from None
                 except SignalException:
                     # the kubelet stopped this pod (torch's agent turned its SIGTERM into this): the
                     # stop is the job's recoverable root cause, written before the pod exits
                     diagnosis = launch.preempted()
                     if diagnosis is None:
                         raise
-                    raise await self._raised(launch, diagnosis, straggler_file) from None
+                    raise await self._raised(launch, diagnosis, straggler_file, tctx.output_path) from None
                 restarts = launch.restarts()
                 if self.report and restarts:
                     self._add_straggler_tab(straggler_file)
@@ -196,11 +195,16 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             retry_rule=RETRY_RULE,
         )
 
-    async def _raised(self, launch: LaunchSession, diagnosis: Diagnosis, straggler_file: str) -> Exception:
-        """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report tabs."""
-        error = _job_error(diagnosis, launch.peers, self)
-        agreed = getattr(error, "agreed", None)
+    async def _raised(
+        self, launch: LaunchSession, diagnosis: Diagnosis, straggler_file: str, output_path: str
+    ) -> BaseException:
+        """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report
+        tabs; a report naming only victims gives way to a root cause another pod's ``error.pb``
+        names (:mod:`.root_cause_adoption`: this pod's write then leaves that document as it is)."""
+        own = _job_error(diagnosis, launch.peers, self)
         logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
+        error = await asyncio.to_thread(error_to_write, own, output_path, self.plugin_config.root_cause_wait_s)
+        agreed = getattr(error, "agreed", None)
         if isinstance(agreed, AgreedReport) and self.report:
             self._add_straggler_tab(straggler_file)
             await publish_timeline(agreed, launch.restarts())
@@ -213,6 +217,7 @@ def _upload_last_resort(error: BaseException, output_path: str) -> None:
     a deadline that ends before the failure sink abandons the writer, so a failure is reported with
     its tries (``GaveUp``) rather than cut off."""
     deadline = Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S))
+    error = error_to_write(error, output_path, deadline.remaining_s() / 2)
     call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
 
 

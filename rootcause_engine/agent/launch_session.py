@@ -27,8 +27,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
-import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -36,7 +34,6 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.pod_stop import POD_STOP, PodStopNotice
 from rootcause_core.safe_text import exception_summary
 from rootcause_core.testimony import LostPeer
@@ -46,6 +43,10 @@ from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
+from rootcause_engine.agent.diagnosis.pod_failures import (
+    preemption_failure,
+    rendezvous_store_lost_failure,
+)
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings, hang_watch_running
 from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
@@ -257,12 +258,19 @@ class LaunchSession:
         hosts = store_host_ranks(self.peers)
         return any(peer.group_rank in hosts for peer in lost)
 
-    def store_lost(self, error: BaseException) -> Diagnosis | None:
+    def store_lost(self, error: BaseException) -> Diagnosis:
         """The diagnosis after torch's agent lost the rendezvous store (its host pod is gone) before it
-        saw its workers fail; ``None`` when no attempt was started or none of its workers failed."""
-        if self._observer().ledger.last_attempt() is None:
-            return None
-        return self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
+        saw its workers fail: the last attempt's failed workers, or, where none was started or none
+        failed, the pod's own loss of the store, a victim's (the store's host is the one that failed)."""
+        started = self._observer().ledger.last_attempt() is not None
+        if started:
+            diagnosis = self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
+            if diagnosis is not None:
+                return diagnosis
+        own = rendezvous_store_lost_failure(error, workers_started=started)
+        lost = self._diagnose(Trigger.STORE_LOST, None, pod_failures=(own,))
+        assert lost is not None  # a pod failure is a failure
+        return lost
 
     def preempted(self) -> Diagnosis | None:
         """The diagnosis after the kubelet's SIGTERM ended the launch (torch's ``SignalException``):
@@ -328,35 +336,6 @@ class LaunchSession:
 
 
 #: What a stopped pod's failure says (the report's first line ends with it).
-PREEMPTION_MESSAGE = (
-    "preempted: the pod received SIGTERM from its kubelet (a spot or preemptible node reclaimed, a node "
-    "drain, an eviction or a deletion); nothing in the training failed, so a retry on another node may succeed"
-)
-
-
-def preemption_failure(received_ns: int, *, first_rank: int | None, signals: int = 1) -> WorkerFailure:
-    """This pod's stop as a failure: a root-cause candidate at the moment the first SIGTERM came,
-    recoverable (Flyte retries it), named by the pod's first global rank when the rendezvous gave it one."""
-    more = f" ({signals} SIGTERMs)" if signals > 1 else ""
-    return WorkerFailure(
-        global_rank=first_rank,
-        local_rank=None,
-        group_rank=None,
-        worker=current_worker_name(),
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        exitcode=None,
-        signal_number=signal.SIGTERM,
-        exception_type=None,
-        message=PREEMPTION_MESSAGE + more,
-        traceback="",
-        timestamp_ns=received_ns,
-        time_source=TimeSource.OBSERVED,
-        role=Role.CANDIDATE,
-        recoverable=True,
-    )
-
-
 @contextlib.contextmanager
 def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
     """For a soft-restart launch: the workers find their channel, and torch's agent runs the soft loop."""

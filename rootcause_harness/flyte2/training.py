@@ -16,9 +16,12 @@ from flyte.errors import NonRecoverableError
 from flyteplugins.pytorch import Elastic
 
 from flyteplugins.rootcause import ElasticRootCause, StragglerCheck
-from rootcause_harness.faults import INJECTED_MESSAGE
+from rootcause_harness.faults import INJECTED_MESSAGE, arm_agent_faults
 from rootcause_harness.soft_training_loop import run_soft_training
 from rootcause_harness.training_loop import LONG_COLLECTIVE_TIMEOUT_S, SHORT_COLLECTIVE_TIMEOUT_S, run_training
+
+#: the faults that strike a pod's agent (a pod stopped in its rendezvous), armed where a pod loads this module
+arm_agent_faults()
 
 
 def _env(name: str, config: Elastic) -> flyte.TaskEnvironment:

@@ -10,7 +10,11 @@ from flytekit import task
 from flytekitplugins.kfpytorch import Elastic
 
 from flytekitplugins_rootcause.config import ElasticRootCause
+from rootcause_harness.faults import arm_agent_faults
 from rootcause_harness.training_loop import LONG_COLLECTIVE_TIMEOUT_S, SHORT_COLLECTIVE_TIMEOUT_S, run_training
+
+#: the faults that strike a pod's agent (a pod stopped in its rendezvous), armed where a pod loads this module
+arm_agent_faults()
 
 # One task per job shape and config; monitor_interval is left at each config's default (what a
 # user gets). flytekit resolves a task by its function's name, hence one function each.

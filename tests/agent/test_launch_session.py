@@ -30,11 +30,11 @@ from rootcause_core.pod_stop import PodStopNotice
 from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
+from rootcause_engine.agent.diagnosis.pod_failures import PREEMPTION_MESSAGE, RENDEZVOUS_STORE_LOST_MESSAGE
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_session import (
     LOST_PEER_TEARDOWN_GRACE_S,
-    PREEMPTION_MESSAGE,
     RENDEZVOUS_ENDPOINT_VARIABLE,
     STORE_HOST_LOST_GRACE_S,
     LaunchSession,
@@ -205,12 +205,13 @@ def test_without_a_sigterm_there_is_no_preemption_to_report() -> None:
 
 
 def test_a_lost_store_is_diagnosed_on_the_attempt_that_ran_and_says_how_the_agent_failed() -> None:
-    """torch's agent lost the rendezvous store before it saw its workers fail: no attempt, nothing to
-    say; a failed worker of the last attempt is the root cause, with the agent's own error in the report."""
+    """torch's agent lost the rendezvous store before it saw its workers fail: before any attempt, the
+    pod's own loss of the store is a victim's failure (its host pod failed); with an attempt, a failed
+    worker of it is the root cause, with the agent's own error in the report."""
     failed = _worker_process("raise SystemExit(3)")
     try:
         with LaunchSession(_settings(), error_of=_error_of, pod_stop=PodStopNotice()) as session:
-            assert session.store_lost(DistStoreError("Connection reset by peer")) is None
+            in_rendezvous = session.store_lost(DistStoreError("Connection reset by peer"))
             assert session.observer is not None
             session.observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, failed.pid, ""))
             _until(lambda: session.observer is not None and session.observer.ends.exit_of(
@@ -222,6 +223,27 @@ def test_a_lost_store_is_diagnosed_on_the_attempt_that_ran_and_says_how_the_agen
     root = diagnosis.root_cause
     assert root is not None and (root.pid, root.exitcode) == (failed.pid, 3)
     assert "The agent itself failed: DistStoreError: Connection reset by peer" in diagnosis.report
+    own = in_rendezvous.root_cause
+    assert in_rendezvous.trigger is Trigger.STORE_LOST and in_rendezvous.recoverable and own is not None
+    assert (own.role, own.worker, own.pid, own.global_rank) == (Role.VICTIM, POD, os.getpid(), None)
+    assert own.message == f"{RENDEZVOUS_STORE_LOST_MESSAGE[False]}: DistStoreError: Connection reset by peer"
+    assert in_rendezvous.summary.startswith("[victim] "), in_rendezvous.summary
+
+
+def test_a_store_lost_while_every_worker_runs_is_the_pod_s_victim_failure() -> None:
+    """The store's host went away while this pod's workers ran and none of them failed (torch's agent
+    asks the store each monitor interval): the pod's loss of the store is a victim's failure."""
+    alive = _worker_process("import time; time.sleep(60)")
+    try:
+        with LaunchSession(_settings(), error_of=_error_of, pod_stop=PodStopNotice()) as session:
+            assert session.observer is not None
+            session.observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, alive.pid, ""))
+            diagnosis = session.store_lost(DistStoreError("Broken pipe"))
+    finally:
+        _reap(alive)
+    own = diagnosis.root_cause
+    assert own is not None and own.role is Role.VICTIM
+    assert own.message == f"{RENDEZVOUS_STORE_LOST_MESSAGE[True]}: DistStoreError: Broken pipe"
 
 
 def test_a_soft_policy_session_tells_its_history_in_the_report_and_its_channel_lives_with_the_block() -> None:

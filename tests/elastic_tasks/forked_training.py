@@ -16,12 +16,16 @@ import time
 from flytekit import task
 
 from flytekitplugins_rootcause.config import ElasticRootCause
+from rootcause_harness.faults import arm_agent_faults
 from rootcause_harness.training_loop import (
     SHORT_COLLECTIVE_TIMEOUT_S,
     SHORT_INIT_TIMEOUT_S,
     run_training,
 )
 from tests.start_method import START_METHOD
+
+#: the faults that strike a pod's agent (a pod stopped in its rendezvous), armed where a pod loads this module
+arm_agent_faults()
 
 
 @task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2, start_method=START_METHOD))

@@ -18,8 +18,9 @@ from flyte._internal.runtime.convert import convert_from_native_to_error
 from flyteidl2.core import execution_pb2
 
 from flyteplugins.rootcause import ElasticRootCause
+from flyteplugins.rootcause.action_outputs import ActionOutputs
 from flyteplugins.rootcause.exceptions import RANK_0_OUTPUTS_MISSING_CODE, Rank0OutputsMissingError
-from flyteplugins.rootcause.rank_0_outputs import ActionOutputs, await_rank_0_outputs
+from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.settings import DEFAULT_RANK_0_OUTPUTS_TIMEOUT_S
 from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from rootcause_harness.faults import AT_POD_START, BEFORE_INIT, STORE_HOST_POD, Fault, FaultKind
+from rootcause_harness.faults import (
+    AT_POD_START,
+    BEFORE_INIT,
+    IN_RENDEZVOUS,
+    NOT_STORE_HOST_POD,
+    STORE_HOST_POD,
+    Fault,
+    FaultKind,
+)
 from rootcause_harness.flyte2 import training as flyte2_training
 from rootcause_harness.flyte2.console import console_at_decision as flyte2_console
 from rootcause_harness.flyte2.job import JobSpec as Flyte2JobSpec
@@ -84,6 +92,25 @@ def test_a_pod_stopped_while_it_starts_is_the_recoverable_root_cause_at_the_deci
     assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message
 
 
+@pytest.mark.parametrize("pod", [STORE_HOST_POD, NOT_STORE_HOST_POD], ids=["store-host", "other-pod"])
+def test_a_pod_stopped_in_its_rendezvous_is_the_recoverable_root_cause_at_the_decision(tmp_path: Path,
+                                                                                      pod: str) -> None:
+    """The kubelet SIGTERMs a pod while its agent is in the rendezvous (the round agreed, no worker
+    started). Stopped, the store's host takes the store with it: its peer's agent fails in the middle
+    of its rank assignment with a bare store error, which the engine reports as a victim's, leaving
+    the console's answer to the stopped pod's document."""
+    fault = Fault(FaultKind.PREEMPT, pod=pod, step=IN_RENDEZVOUS)
+    result = _flytekit_job(tmp_path, fault, delete_after_decision_s=DELETE_AFTER_DECISION_S)
+    logs = f"pod logs in {result.sim_dir}"
+    stopped = result.injected_worker
+    assert result.operator.pod == stopped and result.operator.code == 0, (result.operator, logs)
+    for aggregation in (True, False):
+        view = console_at_decision(result, aggregation=aggregation)
+        _assert_names(view, stopped, logs)
+        assert view.recoverable is True, view.message
+        assert "preempted: the pod received SIGTERM" in view.message.splitlines()[0], view.message
+
+
 def test_a_preempted_store_host_is_named_not_taken_for_a_lost_pod(tmp_path: Path) -> None:
     """The stopped pod hosts the rendezvous store, which ends with it: its peers lose the store, but
     the stopped pod's own document (written before it exits) is the one that names the root cause."""
@@ -132,6 +159,28 @@ def test_a_preempted_flyte_2_pod_is_the_recoverable_root_cause_at_the_decision(t
     _assert_names(view, "train-worker-1", logs)
     assert view.recoverable is True, view.message
     assert "preempted" in view.message.splitlines()[0], view.message
+
+
+@pytest.mark.parametrize("pod", [STORE_HOST_POD, NOT_STORE_HOST_POD], ids=["store-host", "other-pod"])
+def test_a_flyte_2_pod_stopped_in_its_rendezvous_is_the_recoverable_root_cause_at_the_decision(
+    tmp_path: Path, pod: str
+) -> None:
+    """As for flytekit: the stopped store host's peer fails with a bare store error in its rank
+    assignment, before any agreement could run; its report names only a victim, so it writes the
+    ``error.pb`` the stopped pod wrote (``root_cause_adoption``), not its own: Flyte 2 has one
+    ``error.pb``, and the stopped pod's exit, the decision, comes seconds after its write."""
+    fault = Fault(FaultKind.PREEMPT, pod=pod, step=IN_RENDEZVOUS)
+    spec = Flyte2JobSpec(task=flyte2_training.train_2x1, nnodes=2, nproc_per_node=1, root=tmp_path / "bucket",
+                         fault=fault, termination_grace_s=GRACE_S, timeout_s=180,
+                         delete_after_decision_s=DELETE_AFTER_DECISION_S)
+    result = run_flyte2_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    stopped = result.injected_worker
+    assert result.operator.pod == stopped and result.operator.code == 0, (result.operator, logs)
+    view = flyte2_console(result)
+    _assert_names(view, stopped, logs)
+    assert view.recoverable is True, view.message
+    assert "preempted: the pod received SIGTERM from its kubelet" in view.message.splitlines()[0], view.message
 
 
 @pytest.mark.parametrize("after_s", [0.2, 2.5], ids=["in-its-imports", "loading-the-task"])
