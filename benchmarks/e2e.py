@@ -25,7 +25,10 @@ timeout, is given ``FREEZE_BASELINE_S``),
 hang (one rank sleeps; its peers time out in the next all-reduce after 3 s), hang-<call> (the same,
 the step communicating by a broadcast whose root or a receiver hangs, a barrier, an all-gather, a
 reduce-scatter, or a ring of send/recv: ``simulation.faults.Communication``) and init-hang (one
-rank sleeps before ``init_process_group``; its peers stop waiting for its store key after 20 s). A trial is correct
+rank sleeps before ``init_process_group``; its peers stop waiting for its store key after 20 s),
+preempt (the kubelet SIGTERMs the faulty pod's main process, SIGKILL after the grace) and
+preempt-rendezvous (the same while its agent is in the rendezvous, no worker started; the store host's
+in every other trial, which takes the store with it). A trial is correct
 when the decided worker is the pod the fault was injected into *and* the rank its report names is
 the faulty one (the rendezvous decides ranks; the simulator records them; the baseline's rank is
 the one torch's ``ChildFailedError`` report names as its root cause); for a vanished pod, whose

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import statistics
 
-from rootcause_harness.faults import NOT_STORE_HOST_POD, POD_FAULTS, STORE_HOST_POD, Communication, Fault, FaultKind
+from rootcause_harness.faults import (
+    IN_RENDEZVOUS,
+    NOT_STORE_HOST_POD,
+    POD_FAULTS,
+    STORE_HOST_POD,
+    Communication,
+    Fault,
+    FaultKind,
+)
 from rootcause_harness.operator import ConsoleView
 
 #: Benchmark fault kinds: the simulator's fault, and how far the faulty pod's clock runs ahead.
@@ -22,9 +30,16 @@ KINDS: dict[str, tuple[FaultKind, float]] = {
     "init-hang": (FaultKind.INIT_HANG, 0.0),  # one rank never reaches init_process_group (peers wait 20 s)
     "freeze": (FaultKind.FREEZE, 0.0),  # the whole faulty pod stopped at once (a frozen node): no socket closes
     "preempt": (FaultKind.PREEMPT, 0.0),  # the kubelet SIGTERMs the pod's main process, SIGKILL 30 s later
+    # the same, while the pod's agent is in the rendezvous (no worker runs yet)
+    "preempt-rendezvous": (FaultKind.PREEMPT, 0.0),
     # one rank sleeps while its peers wait in another kind of call (the peers time out after 3 s)
     **{f"hang-{how}": (FaultKind.HANG, 0.0) for how in Communication if how != Communication.ALL_REDUCE},
 }
+#: Kinds injected at a step of their own rather than at the training step (``Fault.step``'s default).
+STEPS: dict[str, int] = {"preempt-rendezvous": IN_RENDEZVOUS}
+#: Kinds whose faulty pod is the store's host in every other trial (the store goes with the pod), another pod
+#: in the rest.
+STORE_HOST_ALTERNATES = ("freeze", "preempt-rendezvous")
 #: Kinds of a whole pod: the pod is what a report names.
 POD_ONLY_KINDS = tuple(kind for kind, (fault, _) in KINDS.items() if fault in POD_FAULTS)
 
@@ -36,15 +51,16 @@ NPROC_PER_NODE = {2: 2, 4: 2, 8: 1}
 def fault_for(kind: str, trial: int, nnodes: int = 2) -> Fault:
     """Rotate the faulty pod (and its local rank) between trials so no pod is favoured; with 2 pods,
     pod 1 first, as before. A frozen pod is the store host's in every other trial (the store stops
-    answering too), another pod in the rest."""
+    answering too), another pod in the rest; so is a pod stopped in its rendezvous."""
     fault_kind, clock_offset_s = KINDS[kind]
     index = (trial + 1) % nnodes
     pod, other = f"train-worker-{index}", f"train-worker-{(index + 1) % nnodes}"
-    if fault_kind == FaultKind.FREEZE:
+    if kind in STORE_HOST_ALTERNATES:
         pod = STORE_HOST_POD if trial % 2 == 0 else NOT_STORE_HOST_POD
     communication = kind.removeprefix("hang-") if kind.startswith("hang-") else Communication.ALL_REDUCE
+    step = {"step": STEPS[kind]} if kind in STEPS else {}
     return Fault(fault_kind, pod=pod, local_rank=trial % NPROC_PER_NODE[nnodes], second_pod=other, second_local_rank=0,
-                 clock_offset_s=clock_offset_s, communication=str(communication))
+                 clock_offset_s=clock_offset_s, communication=str(communication), **step)
 
 
 def quantiles(values: list[float]) -> str:

@@ -45,7 +45,7 @@ from rootcause_engine.agent.diagnosis.hang import HangVerdict
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
 from rootcause_engine.agent.diagnosis.pod_failures import (
     preemption_failure,
-    rendezvous_store_lost_failure,
+    rendezvous_failure,
 )
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings, hang_watch_running
@@ -259,15 +259,16 @@ class LaunchSession:
         return any(peer.group_rank in hosts for peer in lost)
 
     def store_lost(self, error: BaseException) -> Diagnosis:
-        """The diagnosis after torch's agent lost the rendezvous store (its host pod is gone) before it
-        saw its workers fail: the last attempt's failed workers, or, where none was started or none
-        failed, the pod's own loss of the store, a victim's (the store's host is the one that failed)."""
+        """The diagnosis after torch's agent failed in the rendezvous (it lost the store, whose host pod
+        is gone; it timed out; it found the rendezvous closed) before it saw its workers fail: the last
+        attempt's failed workers, or, where none was started or none failed, the pod's own failure in
+        the rendezvous, a victim's (:func:`~.diagnosis.pod_failures.rendezvous_failure`)."""
         started = self._observer().ledger.last_attempt() is not None
         if started:
             diagnosis = self._diagnose(Trigger.STORE_LOST, None, f"The agent itself failed: {exception_summary(error)}")
             if diagnosis is not None:
                 return diagnosis
-        own = rendezvous_store_lost_failure(error, workers_started=started)
+        own = rendezvous_failure(error, workers_started=started, endpoint=self.settings.rdzv_endpoint)
         lost = self._diagnose(Trigger.STORE_LOST, None, pod_failures=(own,))
         assert lost is not None  # a pod failure is a failure
         return lost

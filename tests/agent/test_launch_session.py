@@ -30,7 +30,7 @@ from rootcause_core.pod_stop import PodStopNotice
 from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
-from rootcause_engine.agent.diagnosis.pod_failures import PREEMPTION_MESSAGE, RENDEZVOUS_STORE_LOST_MESSAGE
+from rootcause_engine.agent.diagnosis.pod_failures import PREEMPTION_MESSAGE
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_session import (
@@ -226,7 +226,9 @@ def test_a_lost_store_is_diagnosed_on_the_attempt_that_ran_and_says_how_the_agen
     own = in_rendezvous.root_cause
     assert in_rendezvous.trigger is Trigger.STORE_LOST and in_rendezvous.recoverable and own is not None
     assert (own.role, own.worker, own.pid, own.global_rank) == (Role.VICTIM, POD, os.getpid(), None)
-    assert own.message == f"{RENDEZVOUS_STORE_LOST_MESSAGE[False]}: DistStoreError: Connection reset by peer"
+    assert own.message.startswith("the rendezvous store at localhost:0 went away") and own.message.endswith(
+        "before this pod's workers started (the pod hosting it was stopped, lost or cut off): "
+        "DistStoreError: Connection reset by peer"), own.message
     assert in_rendezvous.summary.startswith("[victim] "), in_rendezvous.summary
 
 
@@ -243,7 +245,7 @@ def test_a_store_lost_while_every_worker_runs_is_the_pod_s_victim_failure() -> N
         _reap(alive)
     own = diagnosis.root_cause
     assert own is not None and own.role is Role.VICTIM
-    assert own.message == f"{RENDEZVOUS_STORE_LOST_MESSAGE[True]}: DistStoreError: Broken pipe"
+    assert "went away while this pod's workers ran, none of them failed" in own.message, own.message
 
 
 def test_a_soft_policy_session_tells_its_history_in_the_report_and_its_channel_lives_with_the_block() -> None:
