@@ -76,6 +76,9 @@ def is_teardown_signal(name: str | None) -> bool:
 # so the first marker that starts a line or follows whitespace or "=" counts.
 _MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim|lost pod)\] ", re.IGNORECASE)
 _MARKERS = {Role.VICTIM: "[victim]", Role.LOST_PEER: "[lost pod]", Role.CANDIDATE: "[root cause]"}
+#: The roles whose document can name the job's root cause (a victim's never does): what a pod that
+#: leaves the answer to another pod waits for, in either flavour.
+NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
 _MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_PEER, "root cause": Role.CANDIDATE}
 
 

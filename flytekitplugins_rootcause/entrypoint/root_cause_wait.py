@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rootcause_core.error_files import ERROR_FILE_NAME, is_error_file_name, is_file_of, listing_key_of
 from rootcause_core.ordering import Role
+from rootcause_core.roles import NAMING_ROLES
 
 if TYPE_CHECKING:  # the config module imports kfpytorch and torch; the entrypoint must not need them
     from flytekitplugins_rootcause.config import ElasticRootCause
@@ -31,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 #: Pause between two listings of the prefix.
 POLL_S = 0.2
-#: Roles whose document can name the job's root cause.
-_NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
 
 
 def names_the_root_cause(name: str) -> bool:
@@ -40,7 +39,7 @@ def names_the_root_cause(name: str) -> bool:
     if name == ERROR_FILE_NAME or not is_error_file_name(name):
         return False
     key = listing_key_of(name)
-    return key is None or key.role in _NAMING_ROLES
+    return key is None or key.role in NAMING_ROLES
 
 
 def await_root_cause_document(

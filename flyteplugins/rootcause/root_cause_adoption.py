@@ -32,15 +32,13 @@ from google.protobuf.message import DecodeError
 from flyteplugins.rootcause.action_outputs import ActionOutputs
 from flyteplugins.rootcause.exceptions import ERROR_CODE
 from rootcause_core.ordering import Role
-from rootcause_core.roles import role_from_marker
+from rootcause_core.roles import NAMING_ROLES, role_from_marker
 from rootcause_core.safe_text import exception_summary
 
 logger = logging.getLogger(__name__)
 
 #: Pause between two looks at ``error.pb``.
 POLL_S = 0.2
-#: Roles whose report names the job's root cause.
-_NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +71,7 @@ def named_root_cause(document: bytes) -> NamedRootCause | None:
     except DecodeError:
         return None
     error = parsed.error
-    if error.code != ERROR_CODE or role_from_marker(_first_line(error.message)) not in _NAMING_ROLES:
+    if error.code != ERROR_CODE or role_from_marker(_first_line(error.message)) not in NAMING_ROLES:
         return None
     return NamedRootCause(error.code, error.message, error.kind != execution_pb2.ContainerError.NON_RECOVERABLE)
 

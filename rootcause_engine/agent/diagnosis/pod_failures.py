@@ -5,8 +5,8 @@ the pod (a root-cause candidate at the moment its SIGTERM came), or torch's agen
 rendezvous: it lost the store while the pods were still meeting, timed out waiting for a pod that
 never came, or found the rendezvous closed (a victim each time: the store's host pod was stopped,
 lost or cut off, or a pod never started, and only that pod, or its peers, can say why). Either must
-still become the pod's document, in its place in the ranking: a launch that raised past the engine would reach the
-backend as a bare ``DistNetworkError``, a victim's error that may hide the culprit's.
+still become the pod's document, in its place in the ranking: a launch that raised past the engine
+would reach the backend as a bare ``DistNetworkError``, a victim's error that may hide the culprit's.
 """
 
 from __future__ import annotations
