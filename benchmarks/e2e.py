@@ -1,7 +1,7 @@
 """End-to-end accuracy and time to exit: this plugin vs flytekit's Elastic + pyflyte-execute + Go's rule.
 
 Run by hand: ``.venv/bin/python -m benchmarks.e2e [--trials 20] [--kinds raise,sigkill,vanish]
-[--nnodes 4] [--no-baseline]`` (default: all kinds, 2 pods, baseline included).
+[--nnodes 4] [--no-baseline | --baseline-only]`` (default: all kinds, 2 pods, baseline included).
 
 Each trial runs a simulated PyTorchJob of ``--nnodes`` pods x 2 workers (8 pods: x 1)
 (``rootcause_harness.flytekit``) with one fault, twice:
@@ -180,13 +180,13 @@ def pod_phases(result: JobResult) -> dict[str, dict[str, float]]:
 
 
 def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool = True,
-             decision_only: bool = False) -> None:
+             decision_only: bool = False, plugin: bool = True) -> None:
     outcomes: dict[str, list[tuple[bool, float | None]]] = {"plugin": [], "baseline": []}
     decided: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     console_right = 0  # Go's rule on this plugin's files
     breakdown: dict[str, dict[str, list[float]]] = {"faulty pod": {}, "last pod": {}}
     plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
-    runs = [("plugin", plugin_task, False, ours_verdict)]
+    runs = [("plugin", plugin_task, False, ours_verdict)] if plugin else []
     if baseline:
         runs.append(("baseline", baseline_task, True, baseline_verdict))
     for trial in range(trials):
@@ -221,7 +221,7 @@ def run_kind(kind: str, trials: int, root: Path, nnodes: int = 2, baseline: bool
         times = [t for _, t in outcomes[label] if t is not None]
         cells.append(f"{ok}/{trials} ({100 * ok / trials:.0f}%), {quantiles(times)}")
         cells.append(decision_cell(decided[label], trials))
-    console = f"{console_right}/{trials} ({100 * console_right / trials:.0f}%)"
+    console = f"{console_right}/{trials} ({100 * console_right / trials:.0f}%)" if plugin else "not run"
     print(f"{kind:<10} {cells[0]} | Go rule after the last exit {console} | at the decision {cells[1]} | "
           f"baseline {cells[2]} | baseline at the decision {cells[3]}", flush=True)
     for which, phases in breakdown.items():
@@ -234,7 +234,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
-    parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    jobs = parser.add_mutually_exclusive_group()
+    jobs.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    jobs.add_argument("--baseline-only", action="store_true", help="run only the baseline's jobs")
     parser.add_argument("--decision-only", action="store_true",
                         help="delete the pods 1 s after the operator's decision, as Flyte deletes a finished job "
                              "(only the columns at the decision count)")
@@ -250,7 +252,7 @@ def main() -> None:
           "| kfpytorch Elastic + Go rule after the last exit | the same at the operator's decision")
     for kind in args.kinds.split(","):
         run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
-                 decision_only=args.decision_only)
+                 decision_only=args.decision_only, plugin=not args.baseline_only)
 
 
 if __name__ == "__main__":

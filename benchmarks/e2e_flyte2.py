@@ -1,7 +1,7 @@
 """End-to-end accuracy on Flyte 2: the action's ``error.pb``, this plugin vs upstream ``flyteplugins.pytorch``.
 
 Run by hand: ``.venv/bin/python -m benchmarks.e2e_flyte2 [--trials 5] [--kinds raise,sigkill,vanish]
-[--nnodes 4] [--no-baseline] [--default-restarts]`` (default: every kind of
+[--nnodes 4] [--no-baseline | --baseline-only] [--default-restarts]`` (default: every kind of
 ``benchmarks/fault_kinds.py``, 2 pods, ``max_restarts=0``).
 
 Each trial runs a simulated Flyte 2 PyTorchJob of ``--nnodes`` pods x 2 workers (8 pods: x 1)
@@ -88,12 +88,12 @@ def is_right(named: Verdict, result: JobResult, kind: str) -> bool:
 
 
 def run_kind(kind: str, trials: int, root: Path, nnodes: int, baseline: bool, restarting: bool = False,
-             decision_only: bool = False) -> None:
+             decision_only: bool = False, plugin: bool = True) -> None:
     if restarting:
         plugin_task, baseline_task = RESTARTING_TASKS
     else:
         plugin_task, baseline_task = TASKS.get((nnodes, kind.split("-")[0]), TASKS[(nnodes, "any")])
-    runs = [("plugin", plugin_task)] + ([("baseline", baseline_task)] if baseline else [])
+    runs = ([("plugin", plugin_task)] if plugin else []) + ([("baseline", baseline_task)] if baseline else [])
     outcomes: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     decided: dict[str, list[tuple[bool, float | None, str]]] = {"plugin": [], "baseline": []}
     for trial in range(trials):
@@ -130,7 +130,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--nnodes", type=int, choices=sorted({n for n, _ in TASKS}), default=2)
-    parser.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    jobs = parser.add_mutually_exclusive_group()
+    jobs.add_argument("--no-baseline", action="store_true", help="run only this plugin's jobs")
+    jobs.add_argument("--baseline-only", action="store_true", help="run only the baseline's jobs")
     parser.add_argument("--decision-only", action="store_true",
                         help="delete the pods 1 s after the operator's decision, as Flyte deletes a finished job "
                              "(only the columns at the decision count)")
@@ -154,7 +156,7 @@ def main() -> None:
           "decision) | flyteplugins.pytorch.Elastic: after the last exit | at the operator's decision")
     for kind in args.kinds.split(","):
         run_kind(kind, args.trials, root, args.nnodes, baseline=not args.no_baseline,
-                 restarting=args.default_restarts, decision_only=args.decision_only)
+                 restarting=args.default_restarts, decision_only=args.decision_only, plugin=not args.baseline_only)
 
 
 if __name__ == "__main__":
