@@ -10,8 +10,9 @@ Two scopes:
 
 - **the round's store** (torch's ``PrefixStore`` for one rendezvous round; a hard restart is a new
   round, so these keys start empty again), under :data:`ROUND`. ``<r>`` is the pod's *group rank*
-  in the round, torch's: the peer watch's membership, liveness and failures, its lost-pod verdicts
-  (a numbered log), the hang watch's published waits and the agreement's words and decision;
+  in the round, torch's: the round's ledger (one numbered log of who joined, failed, finished, spoke,
+  read the decision and was found lost), the heartbeats, the hang watch's published waits and the
+  agreement's words and decision;
 - **the job's store** (the rendezvous store under ``rootcause/<run id>``: the seam's
   ``TorchAgentLoop.job_store``, alive across rounds so that a pod arriving once the job runs finds
   it), under :data:`SOFT`. ``<n>`` is a *node index*: the group rank in the first world, kept across
@@ -24,52 +25,21 @@ from __future__ import annotations
 
 #: The round's keys.
 ROUND = "rootcause/"
-#: The store host's member entry again, under a name every pod can poll for cheaply.
-STORE_HOST_KEY = f"{ROUND}store-host"
-#: Numbers the lost-pod verdicts (two watchers may write at once); read once per heartbeat by every pod.
-VERDICT_NUMBERS_KEY = f"{ROUND}verdict-numbers"
-#: How many pods announced a failure in the round (a counter, read once per heartbeat).
-FAILURES_KEY = f"{ROUND}failures"
+#: The round's ledger (``agent/round_ledger.py``): its length (an atomic ``add`` numbers each event).
+ROUND_EVENTS_KEY = f"{ROUND}events/len"
 #: The report the failing pods agreed on (the first proposal wins: ``compare_set``).
 AGREED_KEY = f"{ROUND}agree/decided"
-#: How many pods read the agreed report (the store's host waits for them before it goes).
-AGREED_READ_KEY = f"{ROUND}agree/read"
 
 
-def member_key(group_rank: int) -> str:
-    """A pod's member entry: its name, first global rank, worker count, whether it hosts the store."""
-    return f"{ROUND}member/{group_rank}"
-
-
-def link_key(group_rank: int) -> str:
-    """Where a pod's peer link listens (its watcher's connection, and the isolation rule's probes)."""
-    return f"{ROUND}link/{group_rank}"
+def round_event_key(index: int) -> str:
+    """Event ``index`` (from 1) of the round's ledger: a pod joined, failed, finished, said its word,
+    read the decision, or was found lost."""
+    return f"{ROUND}events/{index}"
 
 
 def alive_key(group_rank: int) -> str:
     """A pod's heartbeat (its wall time, rewritten every beat)."""
     return f"{ROUND}alive/{group_rank}"
-
-
-def failed_key(group_rank: int) -> str:
-    """A pod's workers failed (announced before its diagnosis: failing, not lost)."""
-    return f"{ROUND}failed/{group_rank}"
-
-
-def done_key(group_rank: int) -> str:
-    """A pod is done with the round (its workers all returned, or it leaves): its silence is expected."""
-    return f"{ROUND}done/{group_rank}"
-
-
-def stalled_key(group_rank: int) -> str:
-    """The collective a pod's workers timed out in, when they did (the hung-rank rule)."""
-    return f"{ROUND}stalled/{group_rank}"
-
-
-def verdict_key(index: int) -> str:
-    """The ``index``-th lost-pod verdict of the round (from 1): read by number, so a pod that sees
-    the counter move reads only the new verdicts, whatever the pod count."""
-    return f"{ROUND}lost/{index}"
 
 
 def hang_wait_key(group_rank: int) -> str:

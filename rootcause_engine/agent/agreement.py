@@ -7,14 +7,17 @@ often as not. If every pod writes the *same* document, the order of the writes n
 How, in the round's store (the c10d rendezvous store torch scoped to the round, keys under
 ``rootcause/agree/``), once this pod's diagnosis is made:
 
-1. this pod says what it saw: ``said/<group rank>`` = its :class:`~.diagnosis.agreed.PodWord`;
-2. it reads the other pods' words until every pod that can still speak has spoken (pods the peer
-   watch found lost never will) or ``timeout_s`` has passed;
+1. this pod says what it saw: ``said/<group rank>`` = its :class:`~.diagnosis.agreed.PodWord`,
+   then ``said`` in the round's ledger (:mod:`.round_ledger`: who has spoken is one read of the
+   ledger, whatever the pod count; the word itself, up to megabytes, stays under its own key);
+2. it reads the other pods' words, each once its ``said`` is in the ledger, until every pod that
+   can still speak has spoken (pods the peer watch found lost never will) or ``timeout_s`` has
+   passed;
 3. it proposes the report made of the words it holds (:func:`~.diagnosis.agreed.agreed_report`,
    pure) with one ``compare_set`` on ``decided``: the first proposal wins, and every pod, the
    proposer included, takes the winning one, so all of them write the same bytes;
-4. it counts itself in ``read``; the pod whose agent hosts the store (the store dies with it) waits,
-   within the same bound, until every pod whose word it holds has read the decision.
+4. it appends ``read`` to the ledger; the pod whose agent hosts the store (the store dies with it)
+   waits, within the same bound, until every pod whose word it holds has read the decision.
 
 A pod that cannot reach the store (its host is gone, it froze) or finds no valid decision writes
 its own best: the report made of its word alone. Store errors never propagate. Every value read is
@@ -34,9 +37,9 @@ from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agree
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
-from rootcause_engine.agent.store_values import bad_value, bump_counter, read_counter
+from rootcause_engine.agent.store_values import bad_value, read_value
 from rootcause_engine.settings import DEFAULT_AGREEMENT_TIMEOUT_S
-from rootcause_engine.store_layout import AGREED_KEY, AGREED_READ_KEY, said_key
+from rootcause_engine.store_layout import AGREED_KEY, said_key
 
 logger = logging.getLogger(__name__)
 
@@ -114,17 +117,19 @@ def _agree(
 ) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
     store.call("set", said_key(store.group_rank), word.to_json())
+    store.ledger.said()
     words = {store.group_rank: word}
     while True:
         expected = set(range(store.world_size)) - lost()
-        for rank in sorted(expected - words.keys()):
+        store.ledger.refresh()
+        for rank in sorted((expected & store.ledger.said_ranks()) - words.keys()):
             key = said_key(rank)
-            if store.call("check", [key]):
-                said = PodWord.from_json(store.call("get", key))
-                if said is not None:
-                    words[rank] = said
-                else:  # looked at again until the deadline: its pod may still write its real word
-                    bad_value(key, "not a pod's word")
+            value = read_value(store.call, key)
+            said = None if value is None else PodWord.from_json(value)
+            if said is not None:
+                words[rank] = said
+            else:  # looked at again until the deadline: its pod may still write its real word
+                bad_value(key, "not a pod's word")
         if words.keys() >= expected or time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
@@ -133,19 +138,20 @@ def _agree(
         logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
     proposal = agreed_report(list(words.values()), retry_rule=retry_rule)
     decided = AgreedReport.from_json(store.call("compare_set", AGREED_KEY, "", proposal.to_json()))
-    bump_counter(store.call, AGREED_READ_KEY)
+    store.ledger.read()
     if store.hosts_store:
-        _keep_store_until_read(store, len(words), deadline)
+        _keep_store_until_read(store, set(words), deadline)
     if decided is None:
         logger.warning("the agreed report in the rendezvous store is not valid: this pod writes its own report")
         return own
     return decided
 
 
-def _keep_store_until_read(store: RoundStore, readers: int, deadline: float) -> None:
-    """The store's host stays until ``readers`` pods read the decision (or the deadline passes)."""
+def _keep_store_until_read(store: RoundStore, readers: set[int], deadline: float) -> None:
+    """The store's host stays until the pods of group ranks ``readers`` read the decision (or the
+    deadline passes)."""
     while time.monotonic() < deadline:
-        count = read_counter(store.call, AGREED_READ_KEY)  # a bad count: the wait goes on to the deadline
-        if count is not None and count >= readers:
+        store.ledger.refresh()
+        if store.ledger.readers() >= readers:
             return
         time.sleep(POLL_S)

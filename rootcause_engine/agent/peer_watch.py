@@ -5,15 +5,17 @@ killed at once) writes no error file. Its peers' workers fail a moment later ("c
 by peer") and report themselves, correctly, as victims; without more, every report names a victim
 or nothing. The peers are the only witnesses left, so each agent keeps what it needs to testify:
 
-- **membership**: after each rendezvous, each agent publishes in the round's store (the c10d
-  rendezvous store, scoped to the round by torch) its group rank, pod name, first global rank,
-  worker count, and whether it hosts the store; a background thread reads the others' entries
-  until it knows every member;
+- **the round's ledger** (:mod:`.round_ledger`): what the pods tell each other (who joined, failed,
+  finished, and who was found lost) is one append-only log in the round's store (the c10d
+  rendezvous store, scoped to the round by torch), read once per heartbeat: one counter read while
+  nothing happens;
+- **membership**: after each rendezvous, each agent appends its ``join``: its group rank, pod name,
+  first global rank, worker count, whether it hosts the store, and where its peer link listens;
 - **liveness**: the same thread writes a heartbeat key every ``interval_s`` (the pod's wall time);
-- **failures**: an agent whose workers failed says so in the store (:meth:`announce_failure`)
+- **failures**: an agent whose workers failed appends ``failed`` (:meth:`announce_failure`)
   before it diagnoses anything, so its peers know it is not lost, only failing; with it, the
   collective its workers timed out in, if they did (``rootcause_core.collectives``). The heartbeat
-  thread of every other pod sees the announcement (one counter read per beat) and calls the
+  thread of every other pod reads the announcement in the ledger and calls the
   agent's ``on_peer_failure``: a pod whose workers are all still running, because one of them
   hangs and the others wait for it without a timeout of their own, would otherwise never fail,
   and the hung rank would never be named.
@@ -23,8 +25,8 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   peer, its successor in group-rank order (skipping peers already found lost), so every pod is
   watched by exactly one other at the cost of one read per pod per beat, whatever the pod count. A
   peer whose heartbeat has not moved for ``silence_limit_s`` (and that announced no failure and no
-  end) is *lost*: its watcher appends a verdict (``lost/<n>``, with its last beat) to the round's
-  verdict log, whose counter every pod reads once per beat; every pod then calls ``on_peer_lost``
+  end) is *lost*: its watcher appends a verdict (``lost``, with its last beat) to the ledger, and
+  every pod, reading it at its next beat, calls ``on_peer_lost``
   (the task ends its workers, which fail as victims, and the report names the lost pod). A pod that
   never published its first heartbeat after the rendezvous is lost the same way ("never seen
   alive"), after twice the limit. When the *store* stops answering (its host froze:
@@ -42,15 +44,21 @@ watches the others for up to ``lost_after_s``: a peer whose heartbeat moves on, 
 failure, is alive (it will write its own error file); a peer that does neither is lost. When the
 store itself stops answering the pod that hosted it is gone with it; it is then the one peer that
 can be named (the others may well be alive, but nothing can tell). The cost in a healthy job, per
-pod per ``interval_s``: one heartbeat write, one read of the successor's heartbeat and two counter
-reads; members are read only until all are known.
+pod per ``interval_s``: one heartbeat write, one read of the successor's heartbeat and one read of
+the ledger's length.
+
+**The isolation rule** (:func:`rootcause_core.liveness.cut_off`) is applied at one gate,
+:meth:`PeerWatch._accuse`, which every verdict passes on every road (the healthy job's watch, a
+store that stopped answering, the failure path's search): a pod that cannot reach the peers it
+probes is the one cut off, and accuses no one.
 
 Each store operation runs on the watch's own thread or on the failure path, through a
 :class:`~.bounded_store.BoundedStore`: a store that has gone away answers quickly with an error (its
 host's sockets are closed by the kernel), and one whose host froze is given up on after
 ``store_timeout_s``. Store errors are never raised to the agent: the watch then knows less and says so.
 Every value read from the store is checked by :mod:`.store_values` (size, depth, type; counters read
-without ``add``; the verdict log read in bounded steps, a gap in it skipped after a short grace): a
+without ``add``; the ledger read in bounded steps, each event checked on its own, a gap in it
+skipped after a short grace): a
 bad value is logged once and ignored.
 """
 
@@ -59,46 +67,23 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, SILENCE_LIMIT_S, cut_off
-from rootcause_core.testimony import LostPeer, Member, lost_peer_from_entry, member_from_entry
+from rootcause_core.testimony import LostPeer, Member
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
 from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub, probe
-from rootcause_engine.agent.store_values import (
-    MAX_KEYS_PER_READ,
-    LogCursor,
-    StoreCall,
-    StoreLog,
-    as_int,
-    bad_value,
-    bump_counter,
-    int_value,
-    json_value,
-    read_counter,
-    text_value,
-)
-from rootcause_engine.store_layout import (
-    FAILURES_KEY,
-    STORE_HOST_KEY,
-    VERDICT_NUMBERS_KEY,
-    alive_key,
-    done_key,
-    failed_key,
-    link_key,
-    member_key,
-    stalled_key,
-    verdict_key,
-)
+from rootcause_engine.agent.round_ledger import RoundLedger
+from rootcause_engine.agent.store_values import StoreCall, int_value
+from rootcause_engine.store_layout import alive_key
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
@@ -112,18 +97,12 @@ LOST_AFTER_S = 2.0
 #: lost within a heartbeat of the rendezvous, and only a pod that read its entry can name it then).
 #: The other members are looked for once per heartbeat.
 MEMBERS_POLL_S = 0.05
-#: Member entries checked and read per store call: the first look of a thousand pods must not be
-#: a million-key burst at one moment, and one pod that has not published yet must not hide the rest.
-MEMBER_CHUNK = MAX_KEYS_PER_READ
 #: How many heartbeats a peer whose link closed must miss before it is declared lost. Its beat
 #: moves every heartbeat while its agent lives; a beat already on its way when the process ended
 #: may still land once after the close, so the silence is counted from the last beat seen.
 LINK_CONFIRM_BEATS = 2
 #: How many beats seen after a link closed prove the peer lives (one may be a last beat in flight).
 _BEATS_PROVING_LIFE = 2
-
-#: How many heartbeats a pod looks for its witnesses' link endpoints before it does without them.
-_WITNESS_LOOKS = 20
 
 
 def _probe_all(endpoints: list[LinkEndpoint]) -> int:
@@ -133,13 +112,6 @@ def _probe_all(endpoints: list[LinkEndpoint]) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(endpoints),
                                                thread_name_prefix="rootcause-probe") as pool:
         return sum(pool.map(probe, endpoints))
-
-
-def _verdict_log(world_size: int) -> StoreLog:
-    """The round's verdicts: at most one per pod, with room for a few numbered twice (a watcher that
-    found its verdict voided) and a few for the same pod (its watcher changed): a count beyond is no
-    count of ours."""
-    return StoreLog(VERDICT_NUMBERS_KEY, verdict_key, max_entries=world_size + MAX_KEYS_PER_READ)
 
 
 #: What the store raises when it cannot be reached (torch's ``DistError`` family is ``RuntimeError``).
@@ -157,13 +129,15 @@ class RoundStore:
     group_rank: int
     world_size: int
     hosts_store: bool
+    ledger: RoundLedger
 
 
 class _Round:
     """One rendezvous round's store and what this agent learned in it."""
 
-    def __init__(self, joined: JoinedRound, own: Member) -> None:
-        self.store: Any = joined.store
+    def __init__(self, joined: JoinedRound, own: Member, store: BoundedStore,
+                 call: Callable[[_Round], StoreCall]) -> None:
+        self.store: Any = store
         self.world_size = joined.group_world_size
         self.own = own
         self.members: dict[int, Member] = {own.group_rank: own}
@@ -172,8 +146,10 @@ class _Round:
         self.store_answered_ns: int | None = None  # the store's host was alive then (this pod's clock)
         self.lost: set[int] = set()  # group ranks this agent found lost (never waited for again)
         self.verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
-        self.verdict_log = _verdict_log(self.world_size)
-        self.verdicts_read = LogCursor(self.verdict_log)  # the heartbeat thread's place in the log
+        #: the round's ledger (every store call through the watch's own), and how much of its
+        #: history the heartbeat thread has taken verdicts from
+        self.ledger = RoundLedger(call(self), self.world_size, own.group_rank)
+        self.verdicts_seen = 0
         # the watched successor: its group rank, its last heartbeat (ns), when that last changed
         self.watched: int | None = None
         self.watched_beat: int | None = None
@@ -182,18 +158,10 @@ class _Round:
         self.link_closed_at: float | None = None  # when this pod saw that connection close
         self.beats_after_close = 0  # new heartbeats of the watched peer seen since then
         self.store_silent_since: float | None = None  # the store stopped answering then
-        self.members_looked_at = float("-inf")  # when the member entries were last looked for
-        #: the group ranks whose entries are still to be read, in chunks checked (and read) as one,
-        #: each with the number of looks that found it incomplete
-        missing = [rank for rank in range(self.world_size) if rank != own.group_rank]
-        self.member_chunks: list[tuple[list[int], int]] = [
-            (missing[start : start + MEMBER_CHUNK], 0) for start in range(0, len(missing), MEMBER_CHUNK)
-        ]
         self.store_host_known = own.hosts_store
-        #: the isolation rule's witnesses: the link endpoints of the few peers after this pod, read
-        #: while the store answers (a cut-off pod cannot read them then), and how many looks it took
+        #: the isolation rule's witnesses: the link endpoints of the few peers after this pod, taken
+        #: from their ``join`` while the store answers (a cut-off pod cannot read them then)
         self.witnesses: dict[int, LinkEndpoint] = {}
-        self.witness_looks = 0
         #: when this pod found itself cut off from the others (its own clock), if it did
         self.cut_off_ns: int | None = None
         self.cut_off_reason = ""
@@ -250,19 +218,14 @@ class PeerWatch:
         self.close()  # the previous round's store client is not used again
         first = min(joined.global_ranks, default=0)
         own = Member(joined.group_rank, self.worker, first, len(joined.global_ranks), self._safe_hosts_store())
-        current = _Round(joined, own)
-        current.store = BoundedStore(joined.store, self.store_timeout_s)
+        current = _Round(joined, own, BoundedStore(joined.store, self.store_timeout_s), self._round_call)
         with self._lock:
             self._round = current
         if joined.group_world_size < 2:
             return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
-        self._call(current, "set", member_key(own.group_rank), json.dumps(own.entry()))
-        if own.hosts_store:
-            self._call(current, "set", STORE_HOST_KEY, json.dumps(own.entry()))
         self._call(current, "set", alive_key(own.group_rank), str(time.time_ns()))
         endpoint = self._listen(joined.store)
-        if endpoint is not None:
-            self._call(current, "set", link_key(own.group_rank), endpoint.to_text())
+        self._guarded(current, lambda _: current.ledger.join(own, endpoint))
         self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
         self._thread.start()
 
@@ -271,7 +234,7 @@ class PeerWatch:
         follows is not taken for a lost pod, then stop the heartbeat."""
         current = self._current()
         if current is not None and current.world_size >= 2:
-            self._call(current, "set", done_key(current.own.group_rank), str(time.time_ns()))
+            self._guarded(current, lambda _: current.ledger.done())
         self.stop()
 
     def stop(self) -> None:
@@ -322,7 +285,7 @@ class PeerWatch:
             with self._store_lock:  # one operation at a time on the round's client, the heartbeat's included
                 return current.store.call(operation, *args)
 
-        return RoundStore(call, current.own.group_rank, current.world_size, current.own.hosts_store)
+        return RoundStore(call, current.own.group_rank, current.world_size, current.own.hosts_store, current.ledger)
 
     def declared_lost(self) -> tuple[LostPeer, ...]:
         """The peers declared lost in the current round while the job was healthy (no failure yet)."""
@@ -338,11 +301,7 @@ class PeerWatch:
         current = self._current()
         if current is None:
             return
-        rank = current.own.group_rank
-        if stalled is not None:
-            self._call(current, "set", stalled_key(rank), json.dumps(stalled.to_json()))
-        self._call(current, "set", failed_key(rank), str(time.time_ns()))
-        self._guarded(current, lambda call: bump_counter(call, FAILURES_KEY))
+        self._guarded(current, lambda _: current.ledger.failed(stalled))
 
     def leave(self) -> None:
         """Say this pod is done with the store; if it hosts it, keep it until every peer is done too.
@@ -357,18 +316,15 @@ class PeerWatch:
         current = self._current()
         if current is None or current.world_size < 2:
             return
-        self._call(current, "set", done_key(current.own.group_rank), str(time.time_ns()))
+        self._guarded(current, lambda _: current.ledger.done())
         if not current.own.hosts_store:
             return
         pending = {rank for rank in range(current.world_size) if rank != current.own.group_rank} - current.lost
         deadline = time.monotonic() + self.lost_after_s + 2 * self.interval_s
         while pending and time.monotonic() < deadline:
-            for rank in sorted(pending):
-                done, ok = self._read(current, done_key(rank))
-                if not ok:
-                    return
-                if done is not None:
-                    pending.discard(rank)
+            if not self._refresh(current):
+                return
+            pending -= current.ledger.done_ranks()
             if pending:
                 time.sleep(self.interval_s / 5)
 
@@ -380,30 +336,15 @@ class PeerWatch:
         if current is None or current.world_size < 2:
             return ()
         deadline = time.monotonic() + wait_s
+        others = set(range(current.world_size)) - {current.own.group_rank}
         while True:
-            stalls, answered = self._read_stalls(current)
-            if stalls or not answered or time.monotonic() >= deadline or self._every_peer_failed(current):
+            answered = self._refresh(current)
+            stalls = tuple(stall for rank, stall in sorted(current.ledger.stalls().items())
+                           if rank != current.own.group_rank)
+            every_peer_failed = current.ledger.failed_ranks() >= others
+            if stalls or not answered or time.monotonic() >= deadline or every_peer_failed:
                 return stalls
             time.sleep(min(self.interval_s / 5, max(0.0, deadline - time.monotonic())))
-
-    def _read_stalls(self, current: _Round) -> tuple[tuple[CollectivePosition, ...], bool]:
-        """(the stalls announced so far, whether the store answered every read)."""
-        stalls = []
-        for rank in range(current.world_size):
-            if rank == current.own.group_rank:
-                continue
-            value, ok = self._read(current, stalled_key(rank))
-            if not ok:
-                return tuple(stalls), False
-            stall = _parse_stall(value, stalled_key(rank))
-            if stall is not None:
-                stalls.append(stall)
-        return tuple(stalls), True
-
-    def _every_peer_failed(self, current: _Round) -> bool:
-        """Every other pod announced its failure (the failure counter counts this pod's too)."""
-        count, _ = self._guarded(current, lambda call: read_counter(call, FAILURES_KEY))
-        return count is not None and count >= current.world_size
 
     def lost_peers(self) -> tuple[LostPeer, ...]:
         """The peers that are gone: no heartbeat and no failure announced within ``lost_after_s``."""
@@ -424,37 +365,35 @@ class PeerWatch:
             baseline[rank] = beat
         deadline = time.monotonic() + self.lost_after_s
         judged: dict[int, LostPeer] = {}  # verdicts other pods reached meanwhile (a link that closed)
-        verdicts = LogCursor(current.verdict_log)  # this search's own place in the verdict log
+        seen = 0  # this search's own place in the ledger's verdicts
         while pending and not store_gone:
-            for peer in self._new_verdicts(current, verdicts):
+            if not self._refresh(current):
+                store_gone = True
+                break
+            verdicts, seen = current.ledger.verdicts(seen)
+            for peer in verdicts:
                 if peer.group_rank in pending:
                     pending.discard(peer.group_rank)
                     judged[peer.group_rank] = peer
+            pending -= current.ledger.failed_ranks()
             for rank in sorted(pending):
-                announced, ok = self._read(current, failed_key(rank))
-                beat, ok_beat = self._read_beat(current, rank) if ok and announced is None else (None, ok)
-                if not (ok and ok_beat):
+                beat, ok = self._read_beat(current, rank)
+                if not ok:
                     store_gone = True
                     break
-                if announced is not None or beat != baseline.get(rank):
+                if beat != baseline.get(rank):
                     pending.discard(rank)
             if not pending or store_gone or time.monotonic() >= deadline:
                 break
             time.sleep(min(self.interval_s / 2, max(0.0, deadline - time.monotonic())))
         if store_gone:
             pending = {rank for rank in pending if self._member(current, rank).hosts_store}
-        if pending and self._cut_off(current, pending):
-            pending = set()  # a cut-off pod names no one: the others name it
-        current.lost |= pending | set(judged)
-        found = {
-            rank: LostPeer(
-                rank,
-                self._member(current, rank).worker,
-                # the store's host was alive while its store answered; any other peer, at its last beat
-                current.store_answered_ns if store_gone else baseline.get(rank),
-            )
-            for rank in pending
-        }
+        # the store's host is named on this pod's own word; its clock: while its store answered
+        last_seen = {rank: current.store_answered_ns if store_gone else baseline.get(rank) for rank in pending}
+        found = self._accuse(current, {
+            rank: LostPeer(rank, self._member(current, rank).worker, last_seen[rank]) for rank in pending
+        }, publish=False)
+        current.lost |= set(found) | set(judged)
         found.update(
             (rank, dataclasses.replace(peer, worker=self._member(current, rank).worker,
                                        last_seen_ns=peer.last_seen_ns or baseline.get(rank)))
@@ -462,33 +401,17 @@ class PeerWatch:
         )
         return _in_rank_order(found)
 
-    def _new_verdicts(self, current: _Round, cursor: LogCursor) -> list[LostPeer]:
-        """The lost-pod verdicts of the round ``cursor`` had not read yet (at most one step of the
-        log; malformed ones left out; ``[]`` when the store did not answer). The failure path reads
-        them with its own cursor, without taking them as this pod's own (the heartbeat thread does
-        that, and tells the agent): while this pod looks for lost peers, the watcher of one whose
-        processes ended may already have named it."""
-
-        def read(call: StoreCall) -> list[tuple[int, bytes]]:
-            length = current.verdict_log.length(call)
-            return cursor.poll(call, length) if length is not None and cursor.pending(length) else []
-
-        entries, _ = self._guarded(current, read)
-        return [
-            peer for number, value in entries or ()
-            if (peer := _parse_verdict(value, verdict_key(number), current.world_size)) is not None
-        ]
-
     # --- the watch's thread --------------------------------------------------------------------
 
     def _run(self, current: _Round) -> None:
         told = False
         while not current.stop.is_set():
             beat = self._call(current, "set", alive_key(current.own.group_rank), str(time.time_ns()))
+            answered = beat is not None and self._refresh(current)
             if len(current.members) < current.world_size:
                 self._learn_members(current)
             if self.silence_limit_s is not None:
-                self._watch_liveness(current, store_answered=beat is not None)
+                self._watch_liveness(current, store_answered=answered)
             if not told and self._on_peer_failure is not None and self._a_peer_failed(current):
                 told = True
                 # on a thread of its own: ending this pod's workers takes up to the teardown grace,
@@ -558,24 +481,23 @@ class PeerWatch:
         # starved agent may publish its first beat late
         elif silent_for < (limit if current.watched_beat is not None else 2 * limit):
             return
-        ended = [self._read(current, key(rank)) for key in (failed_key, done_key)]
-        if any(value is not None for value, _ in ended) or not all(ok for _, ok in ended):
+        # what it said is read again now: a failure announced in the last moments is no silence
+        if not self._refresh(current) or rank in current.ledger.ended_ranks():
             current.watched_since = now  # it said it failed or finished: silence is expected
             return
-        if self._cut_off(current, {rank}):
+        verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
+        found = self._accuse(current, {rank: verdict}, publish=True)
+        if not found:
             current.watched_since = now  # looked at again after another silence limit
             return
-        verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
         if current.link_closed_at is not None:
             logger.error("peer watch: %s (group rank %d): its agent's process ended without a word (its "
-                         "connection closed, and no heartbeat for %.1f s): declaring it lost",
+                         "connection closed, and no heartbeat for %.1f s): declared lost",
                          verdict.worker, rank, silent_for)
         else:
-            logger.error("peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declaring it lost",
+            logger.error("peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declared lost",
                          verdict.worker, rank, silent_for)
-        _, answered = self._guarded(current, lambda call: current.verdict_log.append(call, json.dumps(verdict.entry())))
-        if answered:  # published, or refused by a bad verdict counter: this pod acts on it either way
-            self._record_verdicts(current, {rank: verdict})
+        self._record_verdicts(current, found)
 
     def _link_closed(self, current: _Round, rank: int, now: float) -> bool:
         """Whether the link to the watched peer closed and its heartbeat has not moved on since.
@@ -620,18 +542,18 @@ class PeerWatch:
     def _link_to(self, current: _Round, rank: int) -> None:
         """Connect to the watched peer's agent, once it has published where it listens (a peer that
         publishes no endpoint, or cannot be reached, is watched by heartbeat alone)."""
-        value, ok = self._read(current, link_key(rank))
-        endpoint = LinkEndpoint.from_text(text_value(value, link_key(rank))) if ok else None
+        joined = current.ledger.joined().get(rank)
+        endpoint = None if joined is None else joined.link
         if endpoint is not None:
             current.link = link_hub().watch(endpoint, on_closed=current.wake.set)
 
     def _read_verdicts(self, current: _Round) -> None:
-        """Take the verdicts other pods wrote since the last look (one counter read per beat; the
-        new entries, at most one bounded step of them; one numbered but not written yet is looked
-        for again at the next beats, and the ones after it are read meanwhile)."""
+        """Take the verdicts other pods appended to the ledger since the last look (read at this
+        beat's refresh)."""
+        verdicts, current.verdicts_seen = current.ledger.verdicts(current.verdicts_seen)
         found = {
             peer.group_rank: dataclasses.replace(peer, worker=self._member(current, peer.group_rank).worker)
-            for peer in self._new_verdicts(current, current.verdicts_read)
+            for peer in verdicts
             if peer.group_rank != current.own.group_rank and peer.group_rank not in current.verdicts
         }
         self._record_verdicts(current, found)
@@ -639,12 +561,13 @@ class PeerWatch:
     def _store_host_lost(self, current: _Round) -> None:
         """The store has not answered for ``silence_limit_s``: the pod that hosts it is lost."""
         hosts = [rank for rank, member in current.members.items() if member.hosts_store]
-        found = {
+        accused = {
             rank: LostPeer(rank, self._member(current, rank).worker, current.store_answered_ns)
             for rank in hosts
             if rank != current.own.group_rank and rank not in current.verdicts
         }
-        if found and self._cut_off(current, set(found)):
+        found = self._accuse(current, accused, publish=False)  # the store is gone: nowhere to publish
+        if accused and not found:
             current.store_silent_since = time.monotonic()  # looked at again after another silence limit
             return
         if found:
@@ -655,22 +578,33 @@ class PeerWatch:
     # --- the isolation rule -----------------------------------------------------------------------
 
     def _learn_witnesses(self, current: _Round) -> None:
-        """Read, once per round while the store answers, where the peers after this pod listen
-        (:data:`ISOLATION_WITNESSES` of them and the successor): the witnesses this pod probes before
-        it declares anyone lost. A peer that publishes no endpoint is looked for a few beats only."""
+        """Take, from their ``join``, where the peers after this pod listen (:data:`ISOLATION_WITNESSES`
+        of them and the successor): the witnesses this pod probes before it declares anyone lost. A
+        peer that published no endpoint is no witness."""
+        if not self.links:
+            return
         wanted = [(current.own.group_rank + step) % current.world_size
                   for step in range(1, min(current.world_size, ISOLATION_WITNESSES + 2))]
-        missing = [rank for rank in wanted if rank not in current.witnesses]
-        if not self.links or not missing or current.witness_looks >= _WITNESS_LOOKS:
+        if all(rank in current.witnesses for rank in wanted):
             return
-        current.witness_looks += 1
-        for rank in missing:
-            value, ok = self._read(current, link_key(rank))
-            if not ok:
-                return
-            endpoint = LinkEndpoint.from_text(text_value(value, link_key(rank)))
-            if endpoint is not None:
-                current.witnesses[rank] = endpoint
+        joined = current.ledger.joined()
+        for rank in wanted:
+            link = joined[rank].link if rank in joined else None
+            if link is not None:
+                current.witnesses[rank] = link
+
+    def _accuse(self, current: _Round, accused: dict[int, LostPeer], *, publish: bool) -> dict[int, LostPeer]:
+        """The one gate of every lost-pod verdict, on every road (the healthy job's watch of its
+        successor, a store that stopped answering, the failure path's search): ``accused`` as
+        found, or nothing when this pod is the one cut off (:meth:`_cut_off`: an isolated pod does
+        not accuse, the others name it). With ``publish``, the verdicts are appended to the
+        round's ledger, for every pod (a failed append: this pod acts on them all the same)."""
+        if not accused or self._cut_off(current, set(accused)):
+            return {}
+        if publish:
+            for peer in accused.values():
+                self._guarded(current, lambda _, peer=peer: current.ledger.lost(peer))
+        return dict(accused)
 
     def _cut_off(self, current: _Round, accused: set[int]) -> bool:
         """Whether this pod is the one cut off, by the isolation rule
@@ -713,58 +647,18 @@ class PeerWatch:
             ).start()
 
     def _a_peer_failed(self, current: _Round) -> bool:
-        """Another pod announced a failure in this round (its ``failed`` key; this pod's own is not counted)."""
-        count, _ = self._guarded(current, lambda call: read_counter(call, FAILURES_KEY))
-        if not count:
-            return False
-        own, ok = self._read(current, failed_key(current.own.group_rank))
-        return ok and count > (0 if own is None else 1)
+        """Another pod announced a failure in this round (as of this beat's look at the ledger)."""
+        return bool(current.ledger.failed_ranks() - {current.own.group_rank})
 
     def _learn_members(self, current: _Round) -> None:
-        """Read the members not known yet: the store host's entry at every look until it is known
-        (one key), the others once per heartbeat, :data:`MEMBER_CHUNK` entries per call. A chunk
-        whose entries are all published is read in one ``multi_get``; one that was incomplete at two
-        looks is split in halves, so a pod that never publishes (lost before it could) keeps only
-        itself unknown. Every pod publishes right after the rendezvous, so one look usually reads
-        everything: at a thousand pods, eight checks and eight reads per pod, once per job."""
-        if not current.store_host_known:
-            value, _ = self._read(current, STORE_HOST_KEY)
-            member = _parse_member(value, STORE_HOST_KEY)
-            if member is not None:
-                current.store_host_known = True
-                self._add_members(current, [(member.group_rank, value)])
-        now = time.monotonic()
-        if now - current.members_looked_at < self.interval_s:
-            return
-        current.members_looked_at = now
-        remaining: list[tuple[list[int], int]] = []
-        for index, (chunk, misses) in enumerate(current.member_chunks):
-            chunk = [rank for rank in chunk if rank not in current.members]
-            if not chunk:
-                continue
-            keys = [member_key(rank) for rank in chunk]
-            present = self._call(current, "check", keys)
-            if present is None:  # the store did not answer: look again at the next heartbeat
-                remaining.extend(current.member_chunks[index:])
-                break
-            if present:
-                values = self._call(current, "multi_get", keys)
-                if isinstance(values, list) and len(values) == len(chunk):
-                    self._add_members(current, zip(chunk, values, strict=True))
-                    continue
-            if misses >= 1 and len(chunk) > 1:
-                half = len(chunk) // 2
-                remaining.extend([(chunk[:half], 0), (chunk[half:], 0)])
-            else:
-                remaining.append((chunk, misses + 1))
-        current.member_chunks = remaining
-
-    def _add_members(self, current: _Round, entries: Iterable[tuple[int, bytes | None]]) -> None:
-        for rank, value in entries:
-            member = _parse_member(value, member_key(rank))
-            if member is not None and member.group_rank == rank:
+        """Take the members whose ``join`` this beat's look at the ledger read. Until the store's
+        host is known the heartbeat looks again soon (:data:`MEMBERS_POLL_S`): a pod that hosts the
+        store and is lost before its peers read its entry could not be named."""
+        for rank, joined in current.ledger.joined().items():
+            if rank not in current.members:
                 with self._lock:
-                    current.members[rank] = member
+                    current.members[rank] = joined.member
+                current.store_host_known |= joined.member.hosts_store
 
     # --- store access --------------------------------------------------------------------------
 
@@ -773,16 +667,26 @@ class PeerWatch:
             return self._round
 
     def _member(self, current: _Round, rank: int) -> Member:
-        """Member ``rank``: known, else read now (a pod lost before the heartbeat thread's next look
-        at the members must still be named by its pod name), else known by its group rank only."""
+        """Member ``rank``: known, else read from the ledger now (a pod lost before the heartbeat
+        thread's next look at the members must still be named by its pod name), else known by its
+        group rank only."""
         with self._lock:
             known = current.members.get(rank)
-        if known is None:
-            value, _ = self._read(current, member_key(rank))
-            self._add_members(current, [(rank, value)])
+        if known is None and self._refresh(current):
+            self._learn_members(current)
             with self._lock:
                 known = current.members.get(rank)
         return known if known is not None else Member(rank, f"group rank {rank}", -1, 0)
+
+    def _refresh(self, current: _Round) -> bool:
+        """Read the ledger's new events; whether the store answered."""
+        _, answered = self._guarded(current, lambda _: current.ledger.refresh())
+        return answered
+
+    def _round_call(self, current: _Round) -> StoreCall:
+        """The store operation the round's ledger calls: the watch's own (one at a time, the
+        store's last answer noted)."""
+        return lambda operation, *args: self._store_call(current, operation, *args)
 
     def _read(self, current: _Round, key: str) -> tuple[bytes | None, bool]:
         """``(value or None when the key is absent, whether the store answered)``."""
@@ -849,29 +753,3 @@ def _call_logged(callback: Callable[[], None]) -> None:
 
 def _in_rank_order(verdicts: dict[int, LostPeer]) -> tuple[LostPeer, ...]:
     return tuple(verdicts[rank] for rank in sorted(verdicts))
-
-
-def _parse_verdict(value: bytes | None, key: str, world_size: int) -> LostPeer | None:
-    """A lost-pod verdict read from ``key`` (``LostPeer.entry()`` as JSON, checked by the testimony's
-    parser); ``None`` for none or anything malformed (a rank outside the round: logged). Its name is
-    replaced by the reader's own knowledge."""
-    entry = json_value(value, key)
-    peer = lost_peer_from_entry(entry)
-    if peer is None or as_int(peer.group_rank, low=0, high=world_size - 1) is None:
-        if entry is not None:
-            bad_value(key, "not a verdict on a pod of this round")
-        return None
-    last_seen = peer.last_seen_ns if peer.last_seen_ns is not None and peer.last_seen_ns >= 0 else None
-    return LostPeer(peer.group_rank, f"group rank {peer.group_rank}", last_seen)
-
-
-def _parse_stall(value: bytes | None, key: str) -> CollectivePosition | None:
-    """A stalled collective read from ``key``; ``None`` for none or anything malformed."""
-    entry = json_value(value, key)
-    return None if entry is None else CollectivePosition.from_json(entry)
-
-
-def _parse_member(value: bytes | None, key: str) -> Member | None:
-    """A member entry read from ``key`` (``Member.entry()`` as JSON), checked by the testimony's parser."""
-    entry = json_value(value, key)
-    return None if entry is None else member_from_entry(entry)

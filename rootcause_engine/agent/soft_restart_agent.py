@@ -35,7 +35,8 @@ from rootcause_core.testimony import LostPeer
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
-from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S, Change, SoftWorld, World
+from rootcause_engine.agent.event_log import Event
+from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S, SoftWorld, World
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.store_layout import soft_peers_prefix
 from rootcause_engine.upstream.torch_agent_loop import (
@@ -80,7 +81,7 @@ class SoftRestartSession:
     #: the node of each group rank of the peer watch's round (``None``: the first world, rank = node)
     peer_nodes: tuple[int, ...] | None = None
     worlds: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
-    changes: tuple[Change, ...] = ()
+    changes: tuple[Event, ...] = ()
     fatal_elsewhere: str | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     #: peers the peer watch declared lost (a vanished or frozen pod), not yet taken out of the world
@@ -130,7 +131,7 @@ def history_rows(session: SoftRestartSession) -> list[tuple[int, str, str, str]]
     """Every node's membership changes this pod knows of, in order: (time ns, node, what, reason)."""
     with session.lock:
         changes, finished_ns = session.changes, session.finished_while_restarting_ns
-    rows = [(c.time_ns, c.name, _CHANGE_WORDS.get(c.op, c.op), c.reason) for c in changes]
+    rows = [(c.time_ns, c.name, _CHANGE_WORDS.get(c.kind, c.kind), c.reason) for c in changes]
     if finished_ns is not None:
         rows.append((finished_ns, session.worker, FINISHED_WHILE_RESTARTING, ""))
     return rows

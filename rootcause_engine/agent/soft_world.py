@@ -7,12 +7,13 @@ complete round by joining the next one. Survivors would pay 1-2 s per change. Th
 torch's rendezvous (group ranks, store, master address); every later one is agreed here, in that
 round's store (the c10d rendezvous store, alive as long as the job), with a few keys:
 
-- ``log/len`` and ``log/<i>``: an append-only log of membership changes (``leave``: a node failed
+- ``log/len`` and ``log/<i>``: an append-only log of membership events (``leave``: a node failed
   and restarts its workers; ``join``: its workers are ready again; ``fatal``: a failure that ends
   the job; ``lost``: a member that never arrived, or that the peer watch found lost: a pod that
-  vanished or froze). Appending is one atomic ``add`` for the index and one ``compare_set`` for the
-  entry (:class:`~.store_values.StoreLog`): an index whose writer died before writing it is voided
-  after a short grace by the first reader that waited for it, so every node reads the same log.
+  vanished or froze), the job's :class:`~.event_log.EventLog` (a round's ledger is the same class
+  under the round's prefix). Appending is one atomic ``add`` for the index and one
+  ``compare_set`` for the entry: an index whose writer died before writing it is voided after a
+  short grace by the first reader that waited for it, so every node reads the same log.
 - ``world/<v>``: world ``v`` covers the log up to the length written there. The first proposer wins
   (``compare_set``); its members are the first world's nodes with the log applied, in node order.
 - ``arrive/<v>/<node>``: a member is ready for world ``v``; ``decided/<v>``: ``formed`` once every
@@ -53,15 +54,13 @@ from typing import Any
 
 from rootcause_core.liveness import SILENCE_LIMIT_S
 from rootcause_engine.agent.bounded_store import BoundedStore
+from rootcause_engine.agent.event_log import Event, EventLog
 from rootcause_engine.agent.store_values import (
     MAX_COUNT,
-    LogCursor,
-    StoreLog,
     as_dict,
     as_int,
     bad_value,
     bump_counter,
-    dataclass_from_json,
     int_value,
     json_value,
     read_value,
@@ -92,12 +91,9 @@ STORE_TIMEOUT_S = SILENCE_LIMIT_S
 #: the job), so a job logs a few changes per node; a longer log is not one of ours, and reading it
 #: would cost every node that many store reads.
 MAX_LOG_ENTRIES = 4096
-#: A change's reason is cut to this many characters (a diagnosis summary can be long; an entry must
-#: stay within what a reader accepts, :data:`LOG_ENTRY_BYTES`).
-MAX_REASON_CHARS = 2000
-#: The largest log entry a reader accepts (the reason above, escaped as JSON, with room to spare).
-LOG_ENTRY_BYTES = 16 << 10
-_OPS = ("leave", "join", "fatal", "lost")
+#: The membership log's kinds of event: a node ``leave``s (it restarts its workers), ``join``s (its
+#: workers are ready again), fails for good (``fatal``) or is ``lost``.
+JOB_KINDS = ("leave", "join", "fatal", "lost")
 
 
 class WorldUnreadable(TimeoutError):
@@ -108,36 +104,13 @@ class WorldUnreadable(TimeoutError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Change:
-    """One entry of the membership log."""
-
-    op: str  # "leave" | "join" | "fatal" | "lost"
-    node: int
-    name: str
-    reason: str = ""
-    time_ns: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(dataclasses.replace(self, reason=self.reason[:MAX_REASON_CHARS])))
-
-    @classmethod
-    def from_json(cls, text: str | bytes, key: str = "a membership change") -> Change | None:
-        """The change read from ``key``; ``None`` (logged) for anything that is not one."""
-        change = dataclass_from_json(cls, json_value(text, key, max_bytes=LOG_ENTRY_BYTES))
-        if isinstance(change, Change) and change.op in _OPS and as_int(change.node, low=0, high=MAX_COUNT) is not None:
-            return change
-        bad_value(key, "not a membership change")
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
 class World:
     """A world the pods agreed on: its version, its nodes in rank order, and the fatal change, if any."""
 
     version: int
     members: tuple[int, ...]
-    fatal: Change | None = None
-    changes: tuple[Change, ...] = ()
+    fatal: Event | None = None
+    changes: tuple[Event, ...] = ()
     finished: bool = False  # the training ended before this world formed
     #: its proposal is no log length (every node reads the same bytes): no node forms it
     void: bool = False
@@ -148,19 +121,19 @@ class World:
     @property
     def grew(self) -> bool:
         """Whether the change that made this world was a node (re)joining (else one leaving)."""
-        return bool(self.changes) and self.changes[-1].op == "join"
+        return bool(self.changes) and self.changes[-1].kind == "join"
 
 
-def members_after(initial: Sequence[int], changes: Sequence[Change]) -> tuple[tuple[int, ...], Change | None]:
+def members_after(initial: Sequence[int], changes: Sequence[Event]) -> tuple[tuple[int, ...], Event | None]:
     """The nodes of a world whose log is ``changes`` (in node order), and the first fatal change."""
     nodes = set(initial)
     fatal = None
     for change in changes:
-        if change.op in ("leave", "lost", "fatal"):
-            nodes.discard(change.node)
-        elif change.op == "join":
-            nodes.add(change.node)
-        if change.op == "fatal" and fatal is None:
+        if change.kind in ("leave", "lost", "fatal"):
+            nodes.discard(change.rank)
+        elif change.kind == "join":
+            nodes.add(change.rank)
+        if change.kind == "fatal" and fatal is None:
             fatal = change
     return tuple(sorted(nodes)), fatal
 
@@ -181,9 +154,8 @@ class SoftWorld:
         self.current = World(0, tuple(sorted(initial)))
         self._client = client if client is not None else _client(store, store_timeout_s)
         self._lock = threading.Lock()  # one call at a time: the bounded client serves one
-        self._log = StoreLog(SOFT_LOG_LENGTH_KEY, soft_log_key, max_entries=MAX_LOG_ENTRIES)
-        self._log_read = LogCursor(self._log)
-        self._entries: dict[int, Change | None] = {}  # log entries read so far (None: not a change)
+        self._log = EventLog(SOFT_LOG_LENGTH_KEY, soft_log_key, kinds=JOB_KINDS, max_rank=MAX_COUNT,
+                             max_entries=MAX_LOG_ENTRIES)
 
     def _call(self, operation: str, *args: Any) -> Any:
         with self._lock:
@@ -241,17 +213,15 @@ class SoftWorld:
     # --- log and proposals ---------------------------------------------------------------------
 
     def _append(self, op: str, reason: str = "", node: int | None = None, name: str | None = None) -> int:
-        change = Change(op, self.node if node is None else node, name or self.name, reason, time.time_ns())
-        index = self._log.append(self._call, change.to_json())
+        change = Event(op, self.node if node is None else node, name or self.name, reason, time.time_ns())
+        index = self._log.append(self._call, change)
         if index is None:
             raise WorldUnreadable(f"the membership log ({SOFT_LOG_LENGTH_KEY}) cannot take another change")
         return index
 
-    def _changes_through(self, length: int) -> list[Change]:
+    def _changes_through(self, length: int) -> list[Event]:
         """The valid changes among log entries 1 to ``length`` (a gap waited for, then voided)."""
-        for index, value in self._log_read.read_through(self._call, length, poll_s=POLL_INTERVAL_S):
-            self._entries[index] = Change.from_json(value, soft_log_key(index))
-        return [change for index, change in sorted(self._entries.items()) if index <= length and change is not None]
+        return list(self._log.read_through(self._call, length, poll_s=POLL_INTERVAL_S))
 
     def _proposed_length(self, version: int) -> int | None:
         """Propose world ``version`` as the log so far; the length of whichever proposal won
@@ -303,7 +273,7 @@ class SoftWorld:
         return (
             self.node in self.initial
             and set(current.members) <= set(self.initial)
-            and not any(change.op == "lost" for change in current.changes)
+            and not any(change.kind == "lost" for change in current.changes)
         )
 
     def exit_barrier(self, timeout_s: float) -> bool:

@@ -22,6 +22,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import PeerWait, ProgressRule
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.peer_watch import RoundStore
+from rootcause_engine.agent.round_ledger import RoundLedger
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress, beacon_path
 
@@ -96,7 +97,10 @@ class _Peers:
         self.store = store
 
     def round_store(self) -> RoundStore:
-        return RoundStore(lambda operation, *args: getattr(self.store, operation)(*args), 0, 2, True)
+        def call(operation: str, *args: Any) -> Any:
+            return getattr(self.store, operation)(*args)
+
+        return RoundStore(call, 0, 2, True, RoundLedger(call, 2, 0))
 
 
 def _worker(tmp_path: Path, process: subprocess.Popen[bytes], rank: int, *groups: GroupProgress) -> LaunchedWorker:

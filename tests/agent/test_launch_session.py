@@ -31,6 +31,7 @@ from rootcause_core.testimony import LostPeer
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.pod_failures import PREEMPTION_MESSAGE
+from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_session import (
@@ -44,7 +45,6 @@ from rootcause_engine.agent.launch_session import (
 )
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.soft_restart_agent import SoftRestartSession
-from rootcause_engine.agent.soft_world import Change
 from rootcause_engine.agent.watchdog import AGENT_HUNG_EXIT_CODE, AgentWatchdog, WatchdogSettings
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_elastic import JoinedRound
@@ -255,7 +255,7 @@ def test_a_soft_policy_session_tells_its_history_in_the_report_and_its_channel_l
         assert soft is not None and soft.worker == POD and soft.watch_peers == session.peers.joined
         channel = soft.channel.directory
         assert channel.is_dir() and session.restarts() == ()
-        soft.changes = (Change("leave", 1, "train-worker-1", "rank 3 raised", 1_000_000_000),)
+        soft.changes = (Event("leave", 1, "train-worker-1", "rank 3 raised", 1_000_000_000),)
         _sigterm_to_this_process(pod_stop, 1)
         diagnosis = session.preempted()
     assert not channel.exists()

@@ -25,6 +25,7 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 from torch.distributed.elastic.multiprocessing.api import SignalException, _terminate_process_handler
 
 from rootcause_core.testimony import LostPeer
+from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.soft_restart_agent import (
     LOST_REASON,
     STOPPED_REASON,
@@ -34,7 +35,7 @@ from rootcause_engine.agent.soft_restart_agent import (
     history_note,
     history_rows,
 )
-from rootcause_engine.agent.soft_world import Change, SoftWorld, World
+from rootcause_engine.agent.soft_world import SoftWorld, World
 from rootcause_engine.agent.worker_channel import WorkerChannel
 from rootcause_engine.upstream.torch_agent_loop import AgentParts
 from rootcause_engine.worker.world_events import WorkerState as ChannelState
@@ -119,8 +120,8 @@ def test_a_lost_and_a_fatal_change_read_as_their_words_and_the_note_says_why_thi
 ) -> None:
     session = _session(tmp_path)
     session.changes = (
-        Change("lost", 2, "pod-2", LOST_REASON, 1_000_000_000),
-        Change("fatal", 1, "pod-1", "rank 3 raised ValueError", 2_000_000_000),
+        Event("lost", 2, "pod-2", LOST_REASON, 1_000_000_000),
+        Event("fatal", 1, "pod-1", "rank 3 raised ValueError", 2_000_000_000),
     )
     session.worlds = [(0, (0, 1, 2), 500_000_000), (1, (0, 1), 1_500_000_000)]
     session.fatal_elsewhere = "pod-1: rank 3 raised ValueError"
@@ -138,7 +139,7 @@ def test_a_lost_and_a_fatal_change_read_as_their_words_and_the_note_says_why_thi
 
 
 def test_workers_are_told_a_scale_up_for_a_join_and_a_scale_down_for_any_other_change() -> None:
-    leave, join, lost = Change("leave", 1, "pod-1"), Change("join", 1, "pod-1"), Change("lost", 2, "pod-2")
+    leave, join, lost = Event("leave", 1, "pod-1"), Event("join", 1, "pod-1"), Event("lost", 2, "pod-2")
     assert _change_event(World(1, (0, 2), changes=(leave,))) is WorldChangeEvent.SCALE_DOWN
     assert _change_event(World(2, (0, 1, 2), changes=(leave, join))) is WorldChangeEvent.SCALE_UP
     assert _change_event(World(3, (0, 1), changes=(leave, join, lost))) is WorldChangeEvent.SCALE_DOWN
@@ -163,7 +164,7 @@ def test_a_lost_peer_is_taken_out_of_the_world_and_the_others_go_on_without_it(
     assert one.change_proposed()
     formed = _next_worlds(loop.world, one)
     assert {(world.version, world.members) for world in formed} == {(1, (0, 1))}
-    assert [(c.op, c.node, c.name, c.reason) for c in formed[0].changes] == [("lost", 2, "pod-2", LOST_REASON)]
+    assert [(c.kind, c.rank, c.name, c.reason) for c in formed[0].changes] == [("lost", 2, "pod-2", LOST_REASON)]
     assert session.fatal_elsewhere is None
 
 
@@ -182,7 +183,7 @@ def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhe
     assert session.fatal_elsewhere is not None and "pod-1 lost" in session.fatal_elsewhere
     world = two.next_world(NEVER_S)
     assert world.fatal is not None and world.fatal.name == "pod-0" and "pod-1 lost" in world.fatal.reason
-    assert not any(change.op == "lost" for change in world.changes)  # ended, not scaled down
+    assert not any(change.kind == "lost" for change in world.changes)  # ended, not scaled down
 
 
 def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(
@@ -201,7 +202,7 @@ def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(
     while three.change_proposed():  # the survivors follow every proposed change, as their loops do
         final, _ = _next_worlds(three, loop.world)
     assert final.members == (0, 3)
-    assert [(c.op, c.node) for c in final.changes] == [("lost", 1), ("lost", 2)]
+    assert [(c.kind, c.rank) for c in final.changes] == [("lost", 1), ("lost", 2)]
 
 
 # --- this node leaving for good (its kubelet stops the pod) -------------------------------------------
@@ -219,7 +220,7 @@ def test_a_node_leaving_for_good_is_logged_lost_once_and_the_others_form_the_wor
     assert not zero.remove_lost(1, "pod-1", LOST_REASON)  # the verdict that follows: already logged
     formed = _next_worlds(zero, two)
     assert {(world.version, world.members) for world in formed} == {(1, (0, 2))}
-    assert [(c.op, c.node, c.name, c.reason) for c in formed[0].changes] == [("lost", 1, "pod-1", STOPPED_REASON)]
+    assert [(c.kind, c.rank, c.name, c.reason) for c in formed[0].changes] == [("lost", 1, "pod-1", STOPPED_REASON)]
 
 
 def test_leaving_for_good_before_any_world_or_after_the_store_went_never_raises(
@@ -314,4 +315,4 @@ def test_a_pod_stopped_while_it_trains_leaves_the_world_for_good_and_the_stop_en
     assert zero.change_proposed()
     proposed = zero.peek()
     assert proposed.members == (0, 2)
-    assert [(c.op, c.node, c.name, c.reason) for c in proposed.changes] == [("lost", 1, "pod-1", STOPPED_REASON)]
+    assert [(c.kind, c.rank, c.name, c.reason) for c in proposed.changes] == [("lost", 1, "pod-1", STOPPED_REASON)]

@@ -47,18 +47,19 @@ def _scale_down_without_node_1(store: Any) -> list[World]:
 
 @pytest.mark.parametrize("entry", [
     BOMB,
-    b'{"op": "leave", "node": "0", "name": "pod-0"}',  # a node index that is a string
-    b'{"op": "explode", "node": 0, "name": "pod-0"}',
-    b'{"op": "leave", "node": -1, "name": "pod-0"}',
-    b'{"op": "leave", "node": 0, "name": "' + b"n" * 20_000 + b'"}',
+    b'{"kind": "leave", "rank": "0", "name": "pod-0"}',  # a node index that is a string
+    b'{"kind": "explode", "rank": 0, "name": "pod-0"}',
+    b'{"kind": "leave", "rank": -1, "name": "pod-0"}',
+    b'{"kind": "leave", "rank": 0, "name": "' + b"n" * 20_000 + b'"}',
+    b'{"kind": "leave", "rank": 0, "name": 5}',
     b"\xff\xfe",
-], ids=["bomb", "node-a-string", "unknown-op", "negative-node", "oversized", "not-utf8"])
+], ids=["bomb", "node-a-string", "unknown-kind", "negative-node", "oversized", "name-a-number", "not-utf8"])
 def test_a_forged_log_entry_is_skipped_by_every_node_alike(prefixed_store: Any, entry: bytes) -> None:
     prefixed_store.add("rootcause/soft/log/len", 1)
     prefixed_store.set("rootcause/soft/log/1", entry)
     worlds = _scale_down_without_node_1(prefixed_store)
     assert {(w.version, w.members) for w in worlds} == {(1, (0, 2))}
-    assert [(c.op, c.node) for c in worlds[0].changes] == [("leave", 1)]
+    assert [(c.kind, c.rank) for c in worlds[0].changes] == [("leave", 1)]
 
 
 def test_a_gap_in_the_log_is_waited_for_at_most_the_grace_then_voided(prefixed_store: Any) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from flytekitplugins_rootcause.report import restarts_html
+from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.soft_restart_agent import SoftRestartSession, history_note, history_rows
-from rootcause_engine.agent.soft_world import Change
 from rootcause_engine.agent.worker_channel import WorkerChannel
 
 
@@ -19,8 +19,8 @@ def test_every_node_s_changes_are_listed_in_order_in_the_report_and_the_deck(tmp
     session = _session(tmp_path)
     assert history_note(session) == "" and history_rows(session) == []
     session.changes = (
-        Change("leave", 1, "pod-1", "<b>rank 3</b> raised", 1_000_000_000),
-        Change("join", 1, "pod-1", "", 2_000_000_000),
+        Event("leave", 1, "pod-1", "<b>rank 3</b> raised", 1_000_000_000),
+        Event("join", 1, "pod-1", "", 2_000_000_000),
     )
     session.worlds = [(0, (0, 1), 500_000_000), (1, (0,), 1_100_000_000), (2, (0, 1), 2_100_000_000)]
     note = history_note(session)
@@ -35,7 +35,7 @@ def test_every_node_s_changes_are_listed_in_order_in_the_report_and_the_deck(tmp
 
 def test_a_node_still_restarting_when_the_training_finished_says_so(tmp_path: object) -> None:
     session = _session(tmp_path)
-    session.changes = (Change("leave", 0, "pod-0", "rank 1 raised", 1_000_000_000),)
+    session.changes = (Event("leave", 0, "pod-0", "rank 1 raised", 1_000_000_000),)
     session.finished_while_restarting_ns = 3_000_000_000
     rows = history_rows(session)
     assert [row[1] for row in rows] == ["pod-0", "pod-0"]

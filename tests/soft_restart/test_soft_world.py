@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from rootcause_engine.agent.soft_world import Change, SoftWorld, World, members_after
+from rootcause_engine.agent.event_log import Event
+from rootcause_engine.agent.soft_world import SoftWorld, World, members_after
 
 
 def _node(store: Any, node: int, nodes: int = 3) -> SoftWorld:
@@ -31,10 +32,10 @@ def _in_threads(*calls: Callable[[], World]) -> list[World]:
 
 
 def test_the_log_decides_the_members_in_node_order() -> None:
-    changes = [Change("leave", 1, "pod-1"), Change("join", 1, "pod-1"), Change("lost", 2, "pod-2")]
+    changes = [Event("leave", 1, "pod-1"), Event("join", 1, "pod-1"), Event("lost", 2, "pod-2")]
     assert members_after(range(3), changes[:1]) == ((0, 2), None)
     assert members_after(range(3), changes) == ((0, 1), None)
-    fatal = Change("fatal", 0, "pod-0", "boom")
+    fatal = Event("fatal", 0, "pod-0", "boom")
     assert members_after(range(3), [*changes, fatal]) == ((1,), fatal)
 
 
@@ -51,7 +52,7 @@ def test_a_node_leaves_the_others_form_a_world_without_it_then_it_joins_back(pre
     up = _in_threads(lambda: one.join(10), lambda: _after_proposal(zero), lambda: _after_proposal(two))
     assert {(w.version, w.members) for w in up} == {(2, (0, 1, 2))}
     assert up[0].group_rank(1) == 1  # its old place back
-    assert [c.op for c in up[0].changes] == ["leave", "join"]
+    assert [c.kind for c in up[0].changes] == ["leave", "join"]
 
 
 def _after_proposal(world: SoftWorld) -> World:
@@ -75,7 +76,7 @@ def test_a_member_that_never_arrives_is_logged_lost_and_the_others_go_on(prefixe
     # node 2 is gone with its whole pod: it never arrives at world 1
     world = zero.next_world(timeout_s=0.3)
     assert (world.version, world.members) == (2, (0,))
-    assert [(c.op, c.node) for c in world.changes] == [("leave", 1), ("lost", 2)]
+    assert [(c.kind, c.rank) for c in world.changes] == [("leave", 1), ("lost", 2)]
 
 
 def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees_on(prefixed_store: Any) -> None:

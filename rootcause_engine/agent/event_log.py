@@ -1,0 +1,155 @@
+"""One append-only log of membership events in the rendezvous store, read by every pod alike.
+
+Why one log: what the pods tell each other about who is in, who failed, who is done, who spoke,
+who is lost, who left and who came back is a history, and every reader must see the same history in
+the same order. Kept as one key per fact (a ``failed/<rank>`` key, a ``done/<rank>`` key, a counter
+beside them, a numbered verdict log), each reader polls each key on its own schedule: at a thousand
+pods that is a thousand reads per look, and two readers can see two facts in opposite orders. One
+numbered log costs every pod one counter read per look while nothing happens, and the new entries,
+128 per call, when something did.
+
+Two logs use this class (``rootcause_engine.store_layout``): a round's (the peer watch's
+membership, failures, ends, verdicts and the agreement's words: :mod:`.round_ledger`) and the job's
+(the soft-restart worlds' leaves, joins, fatal failures and lost nodes: :mod:`.soft_world`).
+
+An entry is one :class:`Event`: its kind, the rank it is about (a group rank in a round, a node
+index in the job), a name, a reason, a time and a small JSON payload. Numbering and gaps are
+:class:`~.store_values.StoreLog`'s: a writer that died between numbering its entry and writing it
+delays no later entry, and every reader voids the same gap. Each entry is checked on its own (kind,
+rank range, size, depth, types): one that is not an event of this log is logged once and skipped
+by every reader alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Callable, Collection
+from typing import Any
+
+from rootcause_engine.agent.store_values import (
+    LogCursor,
+    StoreCall,
+    StoreLog,
+    as_dict,
+    as_int,
+    as_str,
+    bad_value,
+    json_value,
+)
+
+#: A reason is cut to this many characters (a diagnosis summary can be long; an entry must stay
+#: within what a reader accepts, :data:`ENTRY_BYTES`).
+MAX_REASON_CHARS = 2000
+#: A pod's name in an event (a Kubernetes pod name has at most 253).
+MAX_NAME_CHARS = 256
+#: The largest entry a reader accepts: the reason above escaped as JSON, and a small payload.
+ENTRY_BYTES = 16 << 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One entry of a log: ``kind`` of what happened to ``rank`` (a group rank in a round's log, a
+    node index in the job's), ``name`` the pod's, ``reason`` in words, ``time_ns`` on the writer's
+    clock, ``data`` a small JSON payload of the kind's own (a member entry, a stalled collective,
+    a lost pod's last beat)."""
+
+    kind: str
+    rank: int
+    name: str = ""
+    reason: str = ""
+    time_ns: int = 0
+    data: Any = None
+
+    def to_json(self) -> str:
+        entry: dict[str, Any] = {"kind": self.kind, "rank": self.rank, "name": self.name[:MAX_NAME_CHARS],
+                                 "time_ns": self.time_ns}
+        if self.reason:
+            entry["reason"] = self.reason[:MAX_REASON_CHARS]
+        if self.data is not None:
+            entry["data"] = self.data
+        return json.dumps(entry, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, value: object, key: str, kinds: Collection[str], max_rank: int) -> Event | None:
+        """The event read from ``key``; ``None`` (logged) for anything that is not an event of a log
+        of ``kinds`` about a rank in ``[0, max_rank]``."""
+        entry = as_dict(json_value(value, key, max_bytes=ENTRY_BYTES))
+        if entry is None:
+            return None
+        kind, name, reason = as_str(entry.get("kind")), as_str(entry.get("name", "")), as_str(entry.get("reason", ""))
+        rank = as_int(entry.get("rank"), low=0, high=max_rank)
+        time_ns = as_int(entry.get("time_ns", 0), low=0)
+        if kind not in kinds or rank is None or name is None or reason is None or time_ns is None:
+            bad_value(key, f"not an event of this log (kinds {', '.join(sorted(kinds))}, ranks 0 to {max_rank})")
+            return None
+        return cls(kind, rank, name[:MAX_NAME_CHARS], reason[:MAX_REASON_CHARS], time_ns, entry.get("data"))
+
+
+class EventLog:
+    """A log of :class:`Event` in the store and this process's copy of what it has read of it.
+
+    ``count_key`` and ``entry_key`` place it (:class:`~.store_values.StoreLog`); ``kinds`` are the
+    events it holds, ``max_rank`` the highest rank one may be about, ``max_entries`` the most it
+    may hold (a count beyond is no count of ours). Every reader of a process shares the copy, so a
+    pod reads each entry once whoever asks; :meth:`events` is the whole history read so far, in log
+    order, and each consumer keeps its own place in it. Thread-safe; the store calls are the
+    caller's (``call``: one bounded operation, raising what the store raises)."""
+
+    def __init__(self, count_key: str, entry_key: Callable[[int], str], *, kinds: Collection[str], max_rank: int,
+                 max_entries: int) -> None:
+        self.kinds = frozenset(kinds)
+        self.max_rank = max_rank
+        self.store_log = StoreLog(count_key, entry_key, max_entries=max_entries)
+        self._cursor = LogCursor(self.store_log)
+        self._read: dict[int, Event | None] = {}  # entry number: the event (None: not one)
+        self._events: tuple[Event, ...] = ()
+        self._lock = threading.Lock()
+
+    def append(self, call: StoreCall, event: Event) -> int | None:
+        """Write ``event`` at the end of the log: its number; ``None`` when the log's counter is bad or
+        full (logged by the store's helpers): the event is then told to no one."""
+        assert event.kind in self.kinds, event.kind
+        return self.store_log.append(call, event.to_json())
+
+    def length(self, call: StoreCall) -> int | None:
+        """How many entries were numbered; ``None`` when the counter is bad (logged)."""
+        return self.store_log.length(call)
+
+    def refresh(self, call: StoreCall) -> tuple[Event, ...]:
+        """Read the entries written since the last look, up to the length read now (one counter read
+        when nothing changed; the new entries in bounded steps; an entry numbered but not written
+        yet is looked for again at the next look, the ones after it are read meanwhile, and it is
+        voided after the grace). Returns the whole history read so far."""
+        with self._lock:
+            length = self.store_log.length(call)
+            if length is not None:
+                # each step reads new entries or waits for gaps: as many steps as the log can need
+                for _ in range(self.store_log.max_entries // 64 + 2):
+                    before = (self._cursor.next, len(self._cursor.missing))
+                    self._take(self._cursor.poll(call, length))
+                    if not self._cursor.pending(length) or (self._cursor.next, len(self._cursor.missing)) == before:
+                        break
+            return self._events
+
+    def read_through(self, call: StoreCall, length: int, *, poll_s: float) -> tuple[Event, ...]:
+        """The valid events among entries 1 to ``length``, waiting for gaps (at most the grace, then
+        they are voided): for a reader that needs exactly that prefix, the same for every reader."""
+        with self._lock:
+            self._take(self._cursor.read_through(call, length, poll_s=poll_s))
+            return tuple(event for number, event in sorted(self._read.items()) if number <= length and event)
+
+    def events(self) -> tuple[Event, ...]:
+        """The history read so far (no store call), in log order. Never waits: a refresh blocked on
+        a store that stopped answering must not block the readers of what is already known (the
+        tuple is replaced whole, never changed)."""
+        return self._events
+
+    def _take(self, entries: list[tuple[int, bytes]]) -> None:
+        if not entries:
+            return
+        for number, value in entries:
+            self._read[number] = Event.parse(value, self.store_log.entry_key(number), self.kinds, self.max_rank)
+        self._events = tuple(event for _, event in sorted(self._read.items()) if event is not None)
+
