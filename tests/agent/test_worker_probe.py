@@ -14,36 +14,13 @@ import time
 from pathlib import Path
 
 from rootcause_engine.agent.worker_probe import probe_workers
-from rootcause_engine.worker.hang_probe import READY_FILE_NAME
-
-NEVER_S = 120.0
-
-#: A worker stand-in: installs the probe for ``argv[1]`` (its error file), then runs ``argv[2]``.
-CHILD = """
-import sys, time
-import torch  # as in a worker: the probe's Flight Recorder dump needs it loaded
-from rootcause_engine.worker.hang_probe import install_hang_probe
-assert install_hang_probe(sys.argv[1])
-def stuck_in_user_code():
-    while True:
-        time.sleep(3600)
-def stuck_in_native_code():
-    sum(range(10**13))  # one C call: no Python signal handler runs until it returns
-{"sleep": stuck_in_user_code, "native": stuck_in_native_code}[sys.argv[2]]()
-"""
+from tests.agent.probed_workers import NEVER_S, start_probed_worker
 
 
 def _start(tmp_path: Path, name: str, mode: str) -> tuple[subprocess.Popen[bytes], str]:
     error_dir = tmp_path / name
     error_dir.mkdir()
-    error_file = str(error_dir / "error.json")
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, error_file, mode])
-    deadline = time.monotonic() + NEVER_S
-    while not (error_dir / READY_FILE_NAME).exists():
-        assert proc.poll() is None, "the child died before installing the probe"
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    return proc, error_file
+    return start_probed_worker(error_dir, mode, with_torch=True), str(error_dir / "error.json")
 
 
 def test_a_worker_in_user_code_answers_with_its_stack_and_its_collectives(tmp_path: Path) -> None:

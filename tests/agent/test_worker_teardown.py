@@ -18,8 +18,9 @@ from pathlib import Path
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.worker_teardown import WorkerTeardown
-from rootcause_engine.worker.hang_probe import READY_FILE_NAME, STACKS_FILE_NAME
+from rootcause_engine.worker.hang_probe import STACKS_FILE_NAME
 from rootcause_engine.worker.recorder import build_error_file
+from tests.agent.probed_workers import start_probed_worker
 from tests.agent.test_teardown_start import _wait_until_waitable
 
 NEVER_S = 120.0
@@ -49,7 +50,7 @@ def _child(code: str) -> subprocess.Popen[str]:
     return child
 
 
-def _reap(*children: subprocess.Popen[str]) -> None:
+def _reap(*children: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
     for child in children:
         if child.poll() is None:
             child.kill()
@@ -96,28 +97,12 @@ def test_ending_workers_terminates_then_kills_under_the_shorter_grace_and_stamps
 
 # --- the probe before the teardown -----------------------------------------------------------------
 
-#: A worker stand-in with the probe installed (no torch: the probe's stacks need none), then idle.
-_PROBED = """
-import sys, time
-from rootcause_engine.worker.hang_probe import install_hang_probe
-assert install_hang_probe(sys.argv[1])
-def waiting_for_a_peer():
-    time.sleep(600)
-waiting_for_a_peer()
-"""
-
-
-def _probed_worker(tmp_path: Path, name: str, recorded: str | None = None) -> tuple[subprocess.Popen[str], str]:
+def _probed_worker(tmp_path: Path, name: str, recorded: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """A live worker with the probe installed; ``recorded``: the error it already recorded (it is unwinding)."""
     error_dir = tmp_path / name
     error_dir.mkdir()
     error_file = error_dir / "error.json"
-    child = subprocess.Popen([sys.executable, "-c", _PROBED, str(error_file)], text=True)
-    deadline = time.monotonic() + NEVER_S
-    while not (error_dir / READY_FILE_NAME).exists():
-        assert child.poll() is None, "the worker died before installing its probe"
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    child = start_probed_worker(error_dir)
     if recorded is not None:
         error_file.write_text(json.dumps(build_error_file(RuntimeError(recorded), time.time_ns())))
     return child, str(error_file)
@@ -142,7 +127,7 @@ def test_live_workers_are_probed_once_before_a_teardown_they_were_asked_for_and_
         assert teardown.probe_of(idle_worker) is None
         teardown.end_workers(0, probe=True, grace_s=5.0)
         answer = teardown.probe_of(idle_worker)
-        assert answer is not None and "waiting_for_a_peer" in answer.stacks
+        assert answer is not None and "in stuck_in_user_code" in answer.stacks
         assert answer.asked_ns <= (ledger.signals_ns(0) or 0)
         assert teardown.probe_of(raised_worker) is None
         for child in (idle, raised):
