@@ -106,7 +106,7 @@ class Communication(enum.StrEnum):
 #: ``maybe_inject``'s step before the training task calls ``init_process_group``.
 BEFORE_INIT = -1
 #: A ``PREEMPT``'s step for a pod stopped while it still starts (its imports, its input download, the
-#: task's load), ``sigterm_after_s`` after the simulator started it: no worker runs yet, so the
+#: task's load), ``sigterm_after_s`` after its entrypoint's first line ran: no worker runs yet, so the
 #: simulator itself asks for the stop (:func:`ask_for_start_preemption`).
 AT_POD_START = -2
 #: A ``PREEMPT``'s step for a pod stopped while its agent is in the rendezvous: the round is agreed,
@@ -231,6 +231,11 @@ class PreemptRequest:
     pod: str
     signals: int = 1
     due_s: float = 0.0
+    #: a stop while the pod starts: due this long after its main process first handles SIGTERM
+    #: (its entrypoint's first line ran), or at ``due_s`` + :data:`ENTRYPOINT_WAIT_S` if it never
+    #: does. Before that line only the interpreter's own start runs, whose SIGTERM is Python's
+    #: default (exit 143) whatever the entrypoint: on a busy machine that start alone takes seconds.
+    after_entrypoint_s: float | None = None
 
     def write(self, sim_dir: Path) -> None:
         tmp = sim_dir / f"{PREEMPT_REQUEST_FILE}.tmp"
@@ -243,6 +248,10 @@ class PreemptRequest:
             return cls(**json.loads((sim_dir / PREEMPT_REQUEST_FILE).read_text()))
         except (FileNotFoundError, ValueError, TypeError):
             return None
+
+
+#: How long a stop at a pod's start waits for the pod's entrypoint to handle SIGTERM at most.
+ENTRYPOINT_WAIT_S = 60.0
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -258,11 +267,12 @@ def ask_for_preemption(pod: str, signals: int, after_s: float = 0.0) -> None:
 
 def ask_for_start_preemption(sim_dir: Path, fault: Fault | None) -> None:
     """For a ``PREEMPT`` at :data:`AT_POD_START`: the kubelet stops ``fault.pod`` (a pod's name: no
-    worker exists yet to resolve a selector) ``sigterm_after_s`` after now, when its pods started."""
+    worker exists yet to resolve a selector) ``sigterm_after_s`` after its entrypoint's first line."""
     if fault is None or fault.kind != FaultKind.PREEMPT or fault.step != AT_POD_START:
         return
     (sim_dir / FAULTY_POD_FILE).write_text(fault.pod)
-    PreemptRequest(fault.pod, fault.signals, time.time() + (fault.sigterm_after_s or 0.0)).write(sim_dir)
+    request = PreemptRequest(fault.pod, fault.signals, time.time(), after_entrypoint_s=fault.sigterm_after_s or 0.0)
+    request.write(sim_dir)
 
 
 def freeze_pod(pod: str) -> None:

@@ -22,6 +22,7 @@ from rootcause_core.timestamps import from_seconds, to_seconds
 from rootcause_core.worker_names import WORKER_NAME_ENV_VARS
 from rootcause_harness.faults import (
     CLOCK_OFFSET_VARIABLE,
+    ENTRYPOINT_WAIT_S,
     FAULT_TIME_FILE,
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
@@ -177,6 +178,8 @@ class PodWatch:
     def preempt_due(self, pods: list[Pod]) -> None:
         """SIGTERM a pod whose preemption was asked for and is due; SIGKILL one whose grace ran out."""
         request = PreemptRequest.read(self.sim_dir)
+        if request is not None and request.after_entrypoint_s is not None:
+            request = self._once_entrypoint_runs(request, pods)
         if request is not None and time.time() >= request.due_s:
             (self.sim_dir / PREEMPT_REQUEST_FILE).unlink(missing_ok=True)
             if not (self.sim_dir / FAULT_TIME_FILE).exists():  # a stop at the pod's start is the fault itself
@@ -191,6 +194,17 @@ class PodWatch:
                 kill_group(proc)
                 del self._preempting[name]
 
+
+    def _once_entrypoint_runs(self, request: PreemptRequest, pods: list[Pod]) -> PreemptRequest | None:
+        """A stop at the pod's start, made due once its main process handles SIGTERM (or it waited
+        :data:`~.faults.ENTRYPOINT_WAIT_S`); ``None`` while it is not due yet."""
+        assert request.after_entrypoint_s is not None
+        main = next((proc for name, proc, _ in pods if name == request.pod), None)
+        if main is not None and not _handles_sigterm(main.pid) and time.time() < request.due_s + ENTRYPOINT_WAIT_S:
+            return None
+        due = dataclasses.replace(request, due_s=time.time() + request.after_entrypoint_s, after_entrypoint_s=None)
+        due.write(self.sim_dir)
+        return due
 
     def _stop(self, pods: list[Pod], signals: int) -> None:
         """What the kubelet does to stop a pod: SIGTERM its main process now, SIGKILL it after the grace."""
@@ -332,3 +346,13 @@ class FaultGroundTruth:
 
 #: Starts (or restarts) the pod of a name with its log at a path.
 PodStarter = Callable[[str, Path], "Pod"]
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` catches SIGTERM (``SigCgt`` in ``/proc/<pid>/status``); False once gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            caught = next(line for line in status if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
