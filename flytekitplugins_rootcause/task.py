@@ -125,6 +125,13 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 if diagnosis is None:
                     raise  # a pod without rank 0 whose launch succeeded: rank 0's pod writes the outputs
                 raise self._raised(diagnosis, launch) from None
+            except Exception as exc:
+                # torch's agent failed otherwise (its own report of the failed workers could not be
+                # built): this pod's failed workers are still the diagnosis, if there are any
+                diagnosis = launch.agent_failed(exc)
+                if diagnosis is None:
+                    raise
+                raise self._raised(diagnosis, launch) from None
 
     def _raised(self, diagnosis: Diagnosis, launch: LaunchSession) -> Exception:
         """The exception for this pod's ``diagnosis``, with the pod the failing pods agreed on

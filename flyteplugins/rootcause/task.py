@@ -131,6 +131,13 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                     if diagnosis is None:
                         raise
                     raise await self._raised(launch, diagnosis, straggler_file, tctx.output_path) from None
+                except Exception as exc:
+                    # torch's agent failed otherwise (its own report of the failed workers could not
+                    # be built): this pod's failed workers are still the diagnosis, if there are any
+                    diagnosis = launch.agent_failed(exc)
+                    if diagnosis is None:
+                        raise
+                    raise await self._raised(launch, diagnosis, straggler_file, tctx.output_path) from None
                 restarts = launch.restarts()
                 if self.report and restarts:
                     self._add_straggler_tab(straggler_file)

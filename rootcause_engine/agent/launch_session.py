@@ -13,8 +13,9 @@ order in which the observers are entered (it matters: see each step) exists once
    environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
    preformatted exceptions, the launch observer's patches, the watchdog's thread, the hang
    watch's thread;
-3. after the launch raised, :meth:`LaunchSession.workers_failed` or :meth:`LaunchSession.store_lost`
-   runs the one diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
+3. after the launch raised, :meth:`LaunchSession.workers_failed`, :meth:`LaunchSession.store_lost`
+   or (anything else torch's agent raised) :meth:`LaunchSession.agent_failed` runs the one
+   diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
 
 The peer watch is finished and closed when the outer block ends, so the diagnosis (which tells and
 asks the peers) and whatever the front-end does with the peers' store after it (Flyte 2's agreement)
@@ -244,10 +245,25 @@ class LaunchSession:
         Workers this pod ended because a silent peer was declared lost fail like any others; the
         trigger says which road it was.
         """
+        return self._diagnose(self._failure_trigger(), child_failed)
+
+    def agent_failed(self, error: BaseException) -> Diagnosis | None:
+        """The diagnosis after torch's agent raised something other than its report of failed workers;
+        ``None`` when the record holds no failure (the error is then the agent's own, raised as is).
+
+        Why: torch builds that report from each failure's exit code, and a worker another process
+        reaped has none (``multiprocessing`` reads ``None``): formatting the report then raises a
+        ``TypeError`` in place of the ``ChildFailedError``. Seen at 8 pods under load, in the pod
+        whose worker failed first; its pod must still write the job's root cause, not that error.
+        """
+        return self._diagnose(self._failure_trigger(), None, f"torch's agent failed: {exception_summary(error)}")
+
+    def _failure_trigger(self) -> Trigger:
+        """How this pod's workers came to fail: ended for lost peers, named hung, or failed."""
         trigger = Trigger.PEER_LOST if self._ended_for_lost_peers() else Trigger.WORKER_FAILED
         if trigger is Trigger.WORKER_FAILED and self._hung():
             trigger = Trigger.HUNG_RANK
-        return self._diagnose(trigger, child_failed)
+        return trigger
 
     def _ended_for_lost_peers(self) -> bool:
         """This pod's workers were ended because peers were declared lost: always under hard restarts;

@@ -6,7 +6,12 @@ task, which launches real worker processes; faults are real exceptions and real 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+from collections.abc import Callable
+from multiprocessing import popen_fork
+from typing import Any
 
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
@@ -103,3 +108,30 @@ def test_recoverable_exception_gives_flyte_recoverable_error() -> None:
 
 def test_success_returns_rank_zero_value_unchanged() -> None:
     assert scenarios.succeeds(x=7) == {"rank": 0, "x": 7, "world": 2}
+
+
+def _reaped_elsewhere(original_poll: Callable[..., int | None]) -> Callable[..., int | None]:
+    """``multiprocessing``'s poll of a worker, after another process's code reaped the exited worker
+    first: ``waitpid`` then fails with ``ECHILD`` and ``multiprocessing`` reads the exit code as ``None``."""
+
+    def poll(self: Any, flag: int = os.WNOHANG) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    os.waitpid(self.pid, 0)  # the foreign reap: the status goes to someone else
+        return original_poll(self, flag)
+
+    return poll
+
+
+def test_a_worker_reaped_before_torch_reads_its_exit_is_still_the_root_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch builds its report of failed workers from their exit codes; a worker some other code
+    reaped first has none, and torch's report itself then fails (``TypeError`` on ``None < 0``) in
+    place of the ``ChildFailedError``. The failed rank is still the root cause, with its error."""
+    monkeypatch.setattr(popen_fork.Popen, "poll", _reaped_elsewhere(popen_fork.Popen.poll))
+    with pytest.raises(Exception) as excinfo:
+        scenarios.rank_raises(k=1)
+    error = root_cause_error_of(excinfo)
+    assert (error.root_cause.global_rank, error.root_cause.role) == (1, Role.CANDIDATE)
+    assert "bad batch on rank 1" in error.report.splitlines()[0]
+    assert "torch's agent failed: TypeError" in error.report
