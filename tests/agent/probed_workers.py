@@ -8,12 +8,12 @@ the stand-in reaches the function the test looks for in its stacks.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.worker.hang_probe import READY_FILE_NAME
 
 #: How long any wait here may take before the test fails: a bound, not a speed claim.
@@ -61,17 +61,16 @@ def start_probed_worker(error_dir: Path, mode: str = "sleep", *, with_torch: boo
     return proc
 
 
-def _cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of ``pid`` (``/proc/<pid>/stat`` fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_s(proc: subprocess.Popen[bytes]) -> float:
+    usage = process_tree_usage(proc.pid)
+    assert usage is not None, "the spinner is gone"
+    return usage.cpu_s
 
 
 def _wait_spinning(proc: subprocess.Popen[bytes]) -> None:
-    start = _cpu_s(proc.pid)
+    start = _cpu_s(proc)
     deadline = time.monotonic() + NEVER_S
-    while _cpu_s(proc.pid) - start < SPINNING_CPU_S:
+    while _cpu_s(proc) - start < SPINNING_CPU_S:
         assert proc.poll() is None, "the spinner died"
         assert time.monotonic() < deadline
         time.sleep(0.05)
