@@ -6,7 +6,7 @@ for ever (measured with torch 2.13: ``add``, ``set``, ``check`` and ``get`` on a
 server did not return in 120 s; the client's ``timeout`` bounds only waits for keys). So every
 operation of ours (the peer watch, the pods' agreement, the soft-restart worlds) goes through
 :class:`BoundedStore`: it runs on one helper thread, and the caller waits at most ``timeout_s`` for
-it. A late answer is not lost: while an operation is stuck,
+it. A late answer is not lost: while an operation is stuck past its deadline,
 the next calls fail at once (the client is busy with the stuck one), and once it returns (the host
 was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
 not a false verdict for ever. An operation that raised is re-raised to its caller.
@@ -49,21 +49,32 @@ class BoundedStore:
         self._closed = False
 
     def call(self, operation: str, *args: Any) -> Any:
-        """``store.<operation>(*args)``, within ``timeout_s``; raises :class:`StoreUnresponsive` if not."""
-        with self._lock:
-            if self._closed:
-                raise StoreUnresponsive(f"the {self.name} client is closed")
-            stuck = self._busy
-            if stuck is not None and not stuck.done.is_set():
-                waited = time.monotonic() - (self._busy_since or time.monotonic())
-                raise StoreUnresponsive(
-                    f"the {self.name} has not answered a {stuck.operation} for {waited:.1f} s"
-                )
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="rootcause-store-client", daemon=True)
-                self._thread.start()
-            request = _Request(operation, args)
-            self._busy, self._busy_since = request, time.monotonic()
+        """``store.<operation>(*args)``, within ``timeout_s``; raises :class:`StoreUnresponsive` if not.
+
+        An operation still in flight within its own deadline is waited for first: its caller may
+        have stopped waiting early (a SIGTERM's exception raised in its wait, as when the kubelet
+        stops the pod in the middle of a soft-restart check) or be another thread. Only one past
+        its deadline makes the store unresponsive, and then every call fails at once.
+        """
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise StoreUnresponsive(f"the {self.name} client is closed")
+                in_flight, since = self._busy, self._busy_since
+                if in_flight is None or in_flight.done.is_set():
+                    if self._thread is None:
+                        self._thread = threading.Thread(target=self._serve, name="rootcause-store-client",
+                                                        daemon=True)
+                        self._thread.start()
+                    request = _Request(operation, args)
+                    self._busy, self._busy_since = request, time.monotonic()
+                    break
+                waited = time.monotonic() - (since or time.monotonic())
+                if waited >= self.timeout_s:
+                    raise StoreUnresponsive(
+                        f"the {self.name} has not answered a {in_flight.operation} for {waited:.1f} s"
+                    )
+            in_flight.done.wait(self.timeout_s - waited)  # outside the lock: the others may look meanwhile
         self._requests.put(request)
         if not request.done.wait(self.timeout_s):
             raise StoreUnresponsive(f"the {self.name} did not answer a {operation} within {self.timeout_s:g} s")

@@ -8,6 +8,7 @@ everything works again once the host is resumed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -65,3 +66,55 @@ def test_an_operation_that_raises_is_raised_to_its_caller() -> None:
     store.close()
     with pytest.raises(StoreUnresponsive, match="closed"):
         store.call("get", "a")
+
+
+class _SlowStore:
+    """A store on a busy host: every operation answers, ``delay_s`` late."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.values: dict[str, str] = {}
+
+    def check(self, keys: list[str]) -> bool:
+        time.sleep(self.delay_s)
+        return all(key in self.values for key in keys)
+
+    def set(self, key: str, value: str) -> None:
+        time.sleep(self.delay_s)
+        self.values[key] = value
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
+def test_a_call_whose_caller_a_signal_interrupted_does_not_make_the_store_unresponsive() -> None:
+    """The kubelet's SIGTERM raises in the agent's wait for a check (torch's ``SignalException``);
+    the agent's next call, taking its pod out of the world, waits for that check's answer and goes
+    through, instead of failing at once as if the store had stopped answering."""
+    store = BoundedStore(_SlowStore(delay_s=0.5), timeout_s=5.0)
+    previous = signal.signal(signal.SIGALRM, _raise_stopped)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(_Stopped):
+            store.call("check", ["k"])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    store.call("set", "k", "v")
+    assert store.call("check", ["k"]) is True
+    store.close()
+
+
+def test_calls_from_two_threads_at_once_both_get_their_answer() -> None:
+    store = BoundedStore(_SlowStore(delay_s=0.2), timeout_s=5.0)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        calls = [pool.submit(store.call, "set", f"k{i}", "v") for i in range(2)]
+        for call in calls:
+            call.result(timeout=30)
+    assert store.call("check", ["k0", "k1"]) is True
+    store.close()
