@@ -12,8 +12,9 @@ wall-clock second. ``clock_offset_s`` runs the faulty pod's wall clock that far 
 others' (``skewed_clock/sitecustomize.py``), as on a node whose clock is off: its failure then
 *looks* later than its victims' to anyone comparing stamps.
 
-Two faults strike a pod's agent rather than a worker: :func:`hang_agent_monitor` (the watchdog
-tests' task modules call it themselves when a pod imports or runs them), and a ``PREEMPT`` at
+Faults that strike a pod's agent rather than a worker: :func:`hang_agent_monitor` (the watchdog
+tests' task modules call it themselves when a pod imports or runs them),
+:func:`reap_exited_workers_first` (called alike), and a ``PREEMPT`` at
 :data:`IN_RENDEZVOUS`, armed by :func:`arm_agent_faults` where the simulator's task modules are
 imported.
 """
@@ -334,6 +335,28 @@ def hang_agent_monitor() -> None:
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
     LocalElasticAgent._monitor_workers = _block_forever  # type: ignore[method-assign]
+
+
+def reap_exited_workers_first() -> None:
+    """Make every ``multiprocessing`` child of this process reaped by other code before
+    ``multiprocessing`` reads its exit: its ``waitpid`` then fails with ``ECHILD`` and the exit code
+    it reads is ``None``, as in a process where a library reaps children it did not start. torch's
+    agent builds its report of failed workers from those codes, so its report itself fails there
+    (``TypeError``) in place of a ``ChildFailedError``. The patch lasts as long as the process."""
+    from multiprocessing import popen_fork
+
+    original_poll = popen_fork.Popen.poll
+
+    def poll(self: Any, flag: int = os.WNOHANG) -> int | None:
+        if self.returncode is None:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    os.waitpid(self.pid, 0)  # the foreign reap: the status goes to someone else
+            except ChildProcessError:
+                pass
+        return original_poll(self, flag)
+
+    popen_fork.Popen.poll = poll  # type: ignore[method-assign]
 
 
 def receive_from_next_rank() -> None:

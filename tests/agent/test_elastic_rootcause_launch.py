@@ -6,18 +6,15 @@ task, which launches real worker processes; faults are real exceptions and real 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-from collections.abc import Callable
 from multiprocessing import popen_fork
-from typing import Any
 
 import pytest
 from flytekit.exceptions.user import FlyteRecoverableException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from rootcause_core.ordering import Role, TimeSource
+from rootcause_harness.faults import reap_exited_workers_first
 from tests.elastic_tasks import scenarios
 from tests.elastic_tasks.errors import root_cause_error_of
 from tests.timestamps import assert_sub_second
@@ -110,25 +107,12 @@ def test_success_returns_rank_zero_value_unchanged() -> None:
     assert scenarios.succeeds(x=7) == {"rank": 0, "x": 7, "world": 2}
 
 
-def _reaped_elsewhere(original_poll: Callable[..., int | None]) -> Callable[..., int | None]:
-    """``multiprocessing``'s poll of a worker, after another process's code reaped the exited worker
-    first: ``waitpid`` then fails with ``ECHILD`` and ``multiprocessing`` reads the exit code as ``None``."""
-
-    def poll(self: Any, flag: int = os.WNOHANG) -> int | None:
-        if self.returncode is None:
-            with contextlib.suppress(ChildProcessError):
-                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    os.waitpid(self.pid, 0)  # the foreign reap: the status goes to someone else
-        return original_poll(self, flag)
-
-    return poll
-
-
 def test_a_worker_reaped_before_torch_reads_its_exit_is_still_the_root_cause(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch builds its report of failed workers from their exit codes; a worker some other code
     reaped first has none, and torch's report itself then fails (``TypeError`` on ``None < 0``) in
     place of the ``ChildFailedError``. The failed rank is still the root cause, with its error."""
-    monkeypatch.setattr(popen_fork.Popen, "poll", _reaped_elsewhere(popen_fork.Popen.poll))
+    monkeypatch.setattr(popen_fork.Popen, "poll", popen_fork.Popen.poll)  # undone after the test
+    reap_exited_workers_first()
     with pytest.raises(Exception) as excinfo:
         scenarios.rank_raises(k=1)
     error = root_cause_error_of(excinfo)

@@ -17,7 +17,7 @@ from rootcause_harness.faults import Fault, FaultKind
 from rootcause_harness.flyte2 import training
 from rootcause_harness.flyte2.job import JobResult, JobSpec, run_job
 from rootcause_harness.flyte2.verdict import rootcause_verdict
-from tests.flyte2_tasks import hung_agent, rank_outputs
+from tests.flyte2_tasks import hung_agent, rank_outputs, reaped_worker
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +78,23 @@ def test_the_watchdog_ends_a_hung_agent_s_pod_and_writes_the_root_cause_to_error
     assert first_line.startswith("[root cause] rank 1 ") and "ValueError: root cause on rank 1" in first_line, logs
     assert "the agent watchdog ended the pod" in document.error.message, logs
     assert (document.error.code, document.error.kind) == (ERROR_CODE, execution_pb2.ContainerError.RECOVERABLE)
+
+
+def test_a_worker_reaped_before_torch_reads_its_exit_is_still_named_in_error_pb(tmp_path: Path) -> None:
+    """torch's agent fails building its report when another part of the pod reaped the failed worker
+    first (``tests/flyte2_tasks``): the failed rank is still the root cause in ``error.pb``, with its
+    own error, and the pod exits 0 (the exit-0 contract)."""
+    spec = JobSpec(task=reaped_worker.rank_one_fails_and_is_reaped_elsewhere, nnodes=1, nproc_per_node=2,
+                   root=tmp_path / "bucket", timeout_s=120)
+    result = run_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    assert not result.timed_out and [pod.returncode for pod in result.pods] == [0], logs
+    document = result.error_document
+    assert document is not None, logs
+    first_line = document.error.message.splitlines()[0]
+    assert first_line.startswith("[root cause] rank 1 ") and "ValueError: bad batch on rank 1" in first_line, logs
+    # the pod's own report notes torch's error; the agreed one in error.pb holds the failures alone
+    assert "torch's agent failed: TypeError" in result.pods[0].log_path.read_text(errors="replace"), logs
 
 
 def test_a_succeeded_job_s_output_is_rank_0_s_and_no_pod_writes_an_error(tmp_path: Path) -> None:
