@@ -29,7 +29,7 @@ from rootcause_harness.flytekit.soft_training import (
     soft_train_2x2_spawned,
     soft_train_3x1_spawned,
 )
-from rootcause_harness.soft_training_loop import changes_of, read_worker_logs, steps_of
+from rootcause_harness.soft_training_loop import assert_every_step_once, changes_of, read_worker_logs, steps_of
 from testbed.object_stores import ObjectStore
 from tests.entrypoint_tasks.harness import read_outputs
 
@@ -86,7 +86,7 @@ def test_survivors_keep_their_processes_and_steps_while_the_failed_pod_restarts(
         else:
             # a survivor: one process, every step once and in order, through a scale-down and a scale-up
             assert len(processes) == 1, (pod, local_rank, logs)
-            assert steps_of(processes[0]) == list(range(1, STEPS + 1)), logs
+            assert_every_step_once(processes[0], STEPS)
             assert changes_of(processes[0]) == [None, "SCALE_DOWN", "SCALE_UP"], logs
             sizes = [e["world_size"] for e in processes[0] if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
@@ -114,7 +114,8 @@ def test_a_job_whose_training_ends_while_the_failed_pod_restarts_succeeds(
     assert {pod for pod, _ in workers} == {f"train-worker-{index}" for index in range(nnodes)}, logs
     for (pod, _), processes in workers.items():
         if pod != "train-worker-1":  # survivors: one process each, every step once, to the end
-            assert len(processes) == 1 and steps_of(processes[0]) == list(range(1, STEPS + 1)), logs
+            assert len(processes) == 1, logs
+            assert_every_step_once(processes[0], STEPS)
     restarted_log = next(pod.log_path for pod in result.pods if pod.name == "train-worker-1").read_text()
     assert "the training finished while this node restarted" in restarted_log, logs  # its pod log says why
     assert not RemoteFileOutputReader(result.output_prefix, settle_timeout=0).read_all().failures, logs
@@ -142,7 +143,7 @@ def test_survivors_of_a_lost_pod_go_on_without_it_in_their_own_processes(
     workers = read_worker_logs(result.sim_dir)
     for pod in survivors:
         (process,) = workers[(pod.name, 0)]
-        assert steps_of(process) == list(range(1, STEPS + 1)), logs
+        assert_every_step_once(process, STEPS)
         assert changes_of(process) == [None, "SCALE_DOWN"], logs
         assert [e["world_size"] for e in process if e["event"] == "world"] == [3, 2], logs
     # a vanished pod's watcher reads its link close, without waiting out the silence limit; a frozen
@@ -244,7 +245,7 @@ def test_a_pod_rescheduled_after_its_node_was_lost_joins_the_running_job(
                 assert steps_of(joined)[0] > 5 and steps_of(joined)[-1] == STEPS, logs
                 continue
             (process,) = workers[(pod.name, local_rank)]
-            assert steps_of(process) == list(range(1, STEPS + 1)), logs
+            assert_every_step_once(process, STEPS)
             assert changes_of(process) == [None, "SCALE_DOWN", "SCALE_UP"], logs
             sizes = [e["world_size"] for e in process if e["event"] == "world"]
             assert sizes == [nnodes * nproc, (nnodes - 1) * nproc, nnodes * nproc], logs
@@ -273,4 +274,4 @@ def test_a_preempted_pod_is_the_recoverable_root_cause_and_its_peers_scale_down(
         if pod != stopped:
             (process,) = processes  # a survivor keeps its process
             assert changes_of(process) == [None, "SCALE_DOWN"], logs
-            assert steps_of(process) == list(range(1, STEPS + 1)), logs
+            assert_every_step_once(process, STEPS)
