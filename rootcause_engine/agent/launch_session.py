@@ -195,6 +195,7 @@ class LaunchSession:
             self.soft = soft = self._soft_restart_session(observer, channel_dir)
             if soft is not None:
                 soft.watch_peers = self.peers.joined
+                self.peers.failed_pods_live_on = True
             if settings.watchdog is not None:
                 self.watchdog = AgentWatchdog(
                     observer,

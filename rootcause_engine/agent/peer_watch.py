@@ -25,8 +25,9 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   peer, its successor in group-rank order (skipping peers already found lost), so every pod is
   watched by exactly one other at the cost of one read per pod per beat, whatever the pod count. A
   peer whose heartbeat has not moved for ``silence_limit_s`` (and that announced no failure and no
-  end) is *lost*: its watcher appends a verdict (``lost``, with its last beat) to the ledger, and
-  every pod, reading it at its next beat, calls ``on_peer_lost``
+  end; under soft restarts, a failed peer whose agent's process ended too:
+  :meth:`PeerWatch._silence_expected`) is *lost*: its watcher appends a verdict (``lost``, with its
+  last beat) to the ledger, and every pod, reading it at its next beat, calls ``on_peer_lost``
   (the task ends its workers, which fail as victims, and the report names the lost pod). A pod that
   never published its first heartbeat after the rendezvous is lost the same way ("never seen
   alive"), after twice the limit. When the *store* stops answering (its host froze:
@@ -194,6 +195,8 @@ class PeerWatch:
         self.silence_limit_s = silence_limit_s
         self.store_timeout_s = store_timeout_s if store_timeout_s is not None else (silence_limit_s or 30.0)
         self.links = links and silence_limit_s is not None
+        #: a failed pod's agent lives on (soft restarts): its process ending is a verdict (:meth:`_silence_expected`)
+        self.failed_pods_live_on = False
         self._lock = threading.Lock()
         self._store_lock = threading.Lock()  # no store operation in flight while workers fork
         self._round: _Round | None = None
@@ -472,7 +475,8 @@ class PeerWatch:
             if current.link_closed_at is not None and current.link_closed_at < now:
                 current.beats_after_close += 1
         silent_for = now - current.watched_since
-        if self._link_closed(current, rank, now):
+        link_closed = self._link_closed(current, rank, now)
+        if link_closed:
             # its connection closed: lost once its heartbeat has stopped too (a beat or two), not
             # after the whole silence limit; while it still beats, the network cut the link
             if silent_for < LINK_CONFIRM_BEATS * self.interval_s:
@@ -482,8 +486,8 @@ class PeerWatch:
         elif silent_for < (limit if current.watched_beat is not None else 2 * limit):
             return
         # what it said is read again now: a failure announced in the last moments is no silence
-        if not self._refresh(current) or rank in current.ledger.ended_ranks():
-            current.watched_since = now  # it said it failed or finished: silence is expected
+        if not self._refresh(current) or self._silence_expected(current, rank, link_closed):
+            current.watched_since = now
             return
         verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
         found = self._accuse(current, {rank: verdict}, publish=True)
@@ -498,6 +502,16 @@ class PeerWatch:
             logger.error("peer watch: %s (group rank %d) sent no heartbeat for %.1f s: declared lost",
                          verdict.worker, rank, silent_for)
         self._record_verdicts(current, found)
+
+    def _silence_expected(self, current: _Round, rank: int, link_closed: bool) -> bool:
+        """Whether the watched peer said why it would go silent: it finished, or it failed. Under soft
+        restarts (:attr:`failed_pods_live_on`) a failed pod's agent lives on, restarting its workers
+        or ending the job for every pod; one whose agent's process ended too (its link closed, its
+        heartbeat stopped) did neither, and the others would wait for it until their collective
+        timeout: it is lost, and the world goes on without it."""
+        if rank in current.ledger.done_ranks():
+            return True
+        return rank in current.ledger.failed_ranks() and not (self.failed_pods_live_on and link_closed)
 
     def _link_closed(self, current: _Round, rank: int, now: float) -> bool:
         """Whether the link to the watched peer closed and its heartbeat has not moved on since.

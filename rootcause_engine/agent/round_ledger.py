@@ -127,10 +127,6 @@ class RoundLedger:
     def done_ranks(self) -> frozenset[int]:
         return self._ranks(DONE)
 
-    def ended_ranks(self) -> frozenset[int]:
-        """Pods that said they failed or finished: their silence is expected, never a verdict."""
-        return self._ranks(FAILED) | self._ranks(DONE)
-
     def said_ranks(self) -> frozenset[int]:
         return self._ranks(SAID)
 

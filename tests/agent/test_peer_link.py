@@ -36,8 +36,8 @@ QUIET_S = 2.0
 #: The watched pod: the last rank (of 2 unless argv says), with its own PeerWatch; on stdin, "finish"
 #: says it is done and exits, "fork" starts a forked child that outlives the pod, "cut" shuts down its
 #: end of every link its watchers hold (as a proxy's idle timeout or a conntrack flush ends them:
-#: the process lives on), "stop" stops its heartbeat (the process lives on); it prints "ready" once
-#: joined, and answers "cut" and "stop" once done.
+#: the process lives on), "stop" stops its heartbeat (the process lives on), "fail" announces that its
+#: workers failed; it prints "ready" once joined, and answers "cut", "stop" and "fail" once done.
 _POD = """
 import datetime, os, socket, sys, time
 from torch.distributed import TCPStore
@@ -68,6 +68,9 @@ for line in sys.stdin:
     if line.strip() == "stop":
         peers.stop()
         print("stop", flush=True)
+    if line.strip() == "fail":
+        peers.announce_failure()
+        print("fail", flush=True)
 """
 
 
@@ -192,6 +195,35 @@ def test_a_pod_that_said_it_was_done_and_exited_is_not_lost(
         assert wait_until(lambda: peers._current().link.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
         time.sleep(QUIET_S)
         assert told == []
+    finally:
+        peers.stop()
+
+
+@pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
+def test_a_pod_that_announced_its_failure_and_exited_is_lost_only_under_soft_restarts(
+    server_port: int, watched_pod: subprocess.Popen[str], soft: bool
+) -> None:
+    """A failed pod's silence is expected: under hard restarts it writes its document and exits, and
+    the job ends with it. Under soft ones its agent lives on (it restarts its workers, or ends the job
+    for everyone), so one whose processes then end without either (its kubelet stopped it and it
+    could not leave the world) is lost: without the verdict its peers would wait for a world change
+    until their collective timeout."""
+    peers, told = _watcher(server_port)
+    peers.failed_pods_live_on = soft
+    try:
+        assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
+        _ask(watched_pod, "fail")
+        time.sleep(QUIET_S)
+        assert told == []  # failing, not lost: its link and its heartbeat go on
+        watched_pod.kill()
+        if soft:
+            assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "the failed pod that ended was not declared lost"
+            (lost,) = told[0]
+            assert (lost.group_rank, lost.worker) == (1, "pod-1")
+        else:
+            assert wait_until(lambda: peers._current().link.closed, VERDICT_WAIT_S)  # type: ignore[union-attr]
+            time.sleep(QUIET_S)
+            assert told == []
     finally:
         peers.stop()
 
