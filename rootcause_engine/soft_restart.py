@@ -100,10 +100,14 @@ class _Channel:
         self._seen: tuple[int, int] | None = None
         self._latest: WorkerEvent | None = None
         self.version: int | None = None  # the world of the process group this process made
+        #: when the agent announced that world (its HEALTHY event's timestamp): a PAUSED from before
+        #: it belongs to an earlier world, and must not end this group (:func:`_scaled_down_since_the_group`)
+        self.group_since: float | None = None
         self.transport_fds: set[int] = set()  # the sockets that group opened (see _abort_gloo_transport)
         #: the world whose group the world watcher already left (its collectives raise from then on)
         self.interrupted_version: int | None = None
-        self.lock = threading.Lock()  # version, transport_fds, interrupted_version: the watcher reads them
+        #: version, group_since, transport_fds, interrupted_version: the watcher decides on them and acts under it
+        self.lock = threading.Lock()
         self._read_lock = threading.Lock()
 
     def latest(self) -> WorkerEvent | None:
@@ -308,15 +312,17 @@ def follow_process_groups() -> None:
 
 
 def _note_group(init: Callable[[], None]) -> None:
-    """Make the default group (``init``) and note its sockets and world for this worker's channel."""
+    """Make the default group (``init``) and note its sockets and world for this worker's channel: the
+    world is the one of the HEALTHY event the caller just read (a later event, read once the group is
+    made, may already announce the next world)."""
     channel = _this_channel()
+    joining = channel.latest()
     before = _socket_fds()
     init()
-    event = channel.latest()
     with channel.lock:
         channel.transport_fds = _socket_fds() - before
-        if event is not None and event.worker_state is WorkerState.HEALTHY and event.worker_info is not None:
-            channel.version = event.worker_info.world_version
+        if joining is not None and joining.worker_state is WorkerState.HEALTHY and joining.worker_info is not None:
+            channel.version, channel.group_since = joining.worker_info.world_version, joining.timestamp
     _ensure_world_watcher(channel)
 
 
@@ -331,14 +337,20 @@ def _leave_group_transport() -> None:
             channel.transport_fds = set()
 
 
-def _interrupt_collectives(channel: _Channel) -> None:
-    """Leave the current world's transport from the world watcher's thread: a collective the training
-    thread is blocked in raises now. For a peer that froze (a lost node closes no socket) it would
-    otherwise wait out the collective timeout, never seeing the agent's PAUSED."""
+def _interrupt_if_scaled_down(channel: _Channel) -> None:
+    """Leave the current world's transport from the world watcher's thread when a scale-down ends its
+    world: a collective the training thread is blocked in raises now. For a peer that froze (a lost
+    node closes no socket) it would otherwise wait out the collective timeout, never seeing the
+    agent's PAUSED. Decided and done under the channel's lock, on the latest event read there: the
+    training thread may meanwhile have made the next world's group, and an event read before that
+    (a loaded machine can hold the watcher between its look and its act) would end the new group
+    in place of the old one, its peers failing in their ``init_process_group``."""
     import torch.distributed as dist
 
     with channel.lock:
-        if channel.version is not None and dist.is_initialized():
+        if channel.version is None or not dist.is_initialized():
+            return
+        if _scaled_down_since_the_group(channel, channel.latest()):
             _leave_transport(channel)
 
 
@@ -353,20 +365,18 @@ def _watch_world(channel: _Channel) -> None:
     while True:
         time.sleep(WATCH_INTERVAL_S)
         try:
-            if _scaled_down_since_the_group(channel):
-                _interrupt_collectives(channel)
+            _interrupt_if_scaled_down(channel)
         except Exception:  # never let the watcher hurt the worker: the collective timeout still bounds it
             continue
 
 
-def _scaled_down_since_the_group(channel: _Channel) -> bool:
-    """Whether the latest event is a scale-down that ends the current group's world (PAUSED, or the
-    next world already HEALTHY)."""
-    event = channel.latest()
+def _scaled_down_since_the_group(channel: _Channel, event: WorkerEvent | None) -> bool:
+    """Whether ``event`` (the latest) is a scale-down that ends the current group's world: a PAUSED
+    announced after that world's HEALTHY, or the next world already HEALTHY."""
     if event is None or event.change_event is not WorldChangeEvent.SCALE_DOWN:
         return False
     if event.worker_state is WorkerState.PAUSED:
-        return True
+        return channel.group_since is None or event.timestamp > channel.group_since
     version = channel.version
     return event.worker_info is not None and version is not None and event.worker_info.world_version > version
 

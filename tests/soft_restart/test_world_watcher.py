@@ -89,3 +89,76 @@ def test_a_scale_down_whose_paused_was_already_superseded_still_ends_the_blocked
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+#: One rank of two: joins world 0 as ``_RANK`` does, says so (``<out>.ready``), and once told to go
+#: (``<out>.go``) runs 100 all-reduces; writes how far it got.
+_STEADY_RANK = textwrap.dedent(
+    """
+    import datetime, json, os, sys, time
+    import torch, torch.distributed as dist
+    from rootcause_engine import soft_restart
+
+    rank, out = int(sys.argv[1]), sys.argv[2]
+    soft_restart.follow_process_groups()
+    soft_restart.reinitialize("gloo", timeout=datetime.timedelta(seconds=120))
+    dist.barrier()
+    open(out + ".ready", "w").close()
+    while not os.path.exists(out + ".go"):
+        time.sleep(0.01)
+    error = None
+    for step in range(100):
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as caught:
+            error = str(caught)[:300]
+            break
+        time.sleep(0.02)
+    with open(out, "w") as handle:
+        json.dump({"step": step, "error": error}, handle)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_paused_from_before_the_group_s_world_leaves_the_group_alone(tmp_path: Path) -> None:
+    """The agent's PAUSED of a scale-down comes before the HEALTHY of the smaller world; a watcher that
+    read the PAUSED and acts only once its worker made the smaller world's group (a loaded machine
+    holds a thread that long) must not end that group: its peers would fail in
+    ``init_process_group``. Here the PAUSED the watcher finds is one from before the group's world,
+    and both ranks run their 100 all-reduces to the end."""
+    server = master_store(timeout_s=30)
+    script = tmp_path / "rank.py"
+    script.write_text(_STEADY_RANK)
+    healthy_at = time.time()
+    channels, processes = [], []
+    for rank in range(2):
+        directory = tmp_path / f"pod-{rank}"
+        directory.mkdir()
+        channel = WorkerChannel(str(directory))
+        channel.start_fresh(0, WorkerEvent(healthy_at, WorkerState.HEALTHY, WorldChangeEvent.SCALE_DOWN,
+                                           _info(rank, 2, server.port, 0)))
+        channels.append(channel)
+        env = os.environ | {"ROOTCAUSE_SOFT_RESTART_DIR": str(directory), "LOCAL_RANK": "0"}
+        processes.append(subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / f"out-{rank}")],
+                                          env=env))
+    try:
+        outs = [tmp_path / f"out-{rank}" for rank in range(2)]
+        deadline = time.monotonic() + 120
+        while not all(out.with_name(out.name + ".ready").exists() for out in outs):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes), "world 0 never formed"
+            time.sleep(0.05)
+        for channel in channels:
+            channel.publish(0, WorkerEvent(healthy_at - 1.0, WorkerState.PAUSED, WorldChangeEvent.SCALE_DOWN))
+        for out in outs:
+            out.with_name(out.name + ".go").touch()
+        for process in processes:
+            assert process.wait(timeout=120) == 0
+        for rank in (0, 1):
+            seen = json.loads((tmp_path / f"out-{rank}").read_text())
+            assert seen == {"step": 99, "error": None}, seen
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
