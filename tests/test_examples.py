@@ -79,6 +79,7 @@ def test_soft_restart_example_keeps_its_survivors_with_two_pods(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the job's own limit below, and the pods' teardown
 def test_flyte2_training_example_names_the_killed_rank_in_error_pb(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
