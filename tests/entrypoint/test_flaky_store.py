@@ -147,7 +147,9 @@ def test_a_store_that_stays_unavailable_past_the_deadline_fails_clearly_and_in_t
     assert time.monotonic() - started < 1.5 + 5.0  # the deadline, plus the time to build a client
     per_worker, shared = caught.value.failures
     assert "/out/error-pod-0-" in per_worker.path and shared.path.endswith("/out/error.pb")
-    assert per_worker.tries >= 2 and per_worker.elapsed_s <= 1.5
+    # the last try starts before the deadline, bounded by the time left: its 503 may come back a few
+    # milliseconds past it (2 ms seen under the suite's load), never a whole try or wait later
+    assert per_worker.tries >= 2 and per_worker.elapsed_s < 1.5 + 0.25
     assert per_worker.describe().startswith(
         f"could not write error document {per_worker.path}: OSError (HTTP 503 ServiceUnavailable): "
     )
