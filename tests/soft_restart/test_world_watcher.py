@@ -9,6 +9,7 @@ must end the blocked collective just the same.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,22 +55,39 @@ def _info(rank: int, world_size: int, port: int, version: int) -> WorkerInfo:
     return WorkerInfo(0, rank, rank, 1, world_size, world_size, "127.0.0.1", port, version)
 
 
+@contextlib.contextmanager
+def _ranks_in_world_0(
+    tmp_path: Path, script: str, world_size: int, healthy_at: float
+) -> Iterator[tuple[int, list[WorkerChannel], list[subprocess.Popen[bytes]]]]:
+    """``world_size`` processes running ``script`` (argv: the rank, then its ``out-<rank>`` file), each
+    with its channel on world 0 (HEALTHY at ``healthy_at``); yields the store's port, the channels and
+    the processes, and kills every one still running at the end."""
+    server = master_store(timeout_s=30)
+    path = tmp_path / "rank.py"
+    path.write_text(script)
+    channels, processes = [], []
+    try:
+        for rank in range(world_size):
+            directory = tmp_path / f"pod-{rank}"
+            directory.mkdir()
+            channel = WorkerChannel(str(directory))
+            info = _info(rank, world_size, server.port, 0)
+            channel.start_fresh(0, WorkerEvent(healthy_at, WorkerState.HEALTHY, None, info))
+            channels.append(channel)
+            env = os.environ | {"ROOTCAUSE_SOFT_RESTART_DIR": str(directory), "LOCAL_RANK": "0"}
+            processes.append(subprocess.Popen([sys.executable, str(path), str(rank), str(tmp_path / f"out-{rank}")],
+                                              env=env))
+        yield server.port, channels, processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+
 @pytest.mark.slow
 def test_a_scale_down_whose_paused_was_already_superseded_still_ends_the_blocked_collective(tmp_path: Path) -> None:
-    server = master_store(timeout_s=30)
-    script = tmp_path / "rank.py"
-    script.write_text(_RANK)
-    channels, processes = [], []
-    for rank in range(3):
-        directory = tmp_path / f"pod-{rank}"
-        directory.mkdir()
-        channel = WorkerChannel(str(directory))
-        channel.start_fresh(0, WorkerEvent(time.time(), WorkerState.HEALTHY, None, _info(rank, 3, server.port, 0)))
-        channels.append(channel)
-        env = os.environ | {"ROOTCAUSE_SOFT_RESTART_DIR": str(directory), "LOCAL_RANK": "0"}
-        processes.append(subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / f"out-{rank}")],
-                                          env=env))
-    try:
+    with _ranks_in_world_0(tmp_path, _RANK, 3, time.time()) as (port, channels, processes):
         deadline = time.monotonic() + 120
         while not all(Path(f"/proc/{p.pid}/stat").read_text().split()[2] == "T" for p in processes[2:]):
             assert time.monotonic() < deadline, "rank 2 never froze"
@@ -77,18 +96,13 @@ def test_a_scale_down_whose_paused_was_already_superseded_still_ends_the_blocked
         for channel in channels[:2]:  # the agents' scale-down: PAUSED, then at once HEALTHY
             channel.publish(0, WorkerEvent(time.time(), WorkerState.PAUSED, WorldChangeEvent.SCALE_DOWN))
         for rank, channel in enumerate(channels[:2]):
-            smaller = _info(rank, 2, server.port, 1)
+            smaller = _info(rank, 2, port, 1)
             channel.publish(0, WorkerEvent(time.time(), WorkerState.HEALTHY, WorldChangeEvent.SCALE_DOWN, smaller))
         for process in processes[:2]:
             process.wait(timeout=60)  # well under the group's 120 s collective timeout
         for rank in (0, 1):
             seen = json.loads((tmp_path / f"out-{rank}").read_text())
             assert "Timed out" not in seen["error"], seen
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 #: One rank of two: joins world 0 as ``_RANK`` does, says so (``<out>.ready``), and once told to go
@@ -127,22 +141,8 @@ def test_a_paused_from_before_the_group_s_world_leaves_the_group_alone(tmp_path:
     holds a thread that long) must not end that group: its peers would fail in
     ``init_process_group``. Here the PAUSED the watcher finds is one from before the group's world,
     and both ranks run their 100 all-reduces to the end."""
-    server = master_store(timeout_s=30)
-    script = tmp_path / "rank.py"
-    script.write_text(_STEADY_RANK)
     healthy_at = time.time()
-    channels, processes = [], []
-    for rank in range(2):
-        directory = tmp_path / f"pod-{rank}"
-        directory.mkdir()
-        channel = WorkerChannel(str(directory))
-        channel.start_fresh(0, WorkerEvent(healthy_at, WorkerState.HEALTHY, WorldChangeEvent.SCALE_DOWN,
-                                           _info(rank, 2, server.port, 0)))
-        channels.append(channel)
-        env = os.environ | {"ROOTCAUSE_SOFT_RESTART_DIR": str(directory), "LOCAL_RANK": "0"}
-        processes.append(subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / f"out-{rank}")],
-                                          env=env))
-    try:
+    with _ranks_in_world_0(tmp_path, _STEADY_RANK, 2, healthy_at) as (_, channels, processes):
         outs = [tmp_path / f"out-{rank}" for rank in range(2)]
         deadline = time.monotonic() + 120
         while not all(out.with_name(out.name + ".ready").exists() for out in outs):
@@ -157,8 +157,3 @@ def test_a_paused_from_before_the_group_s_world_leaves_the_group_alone(tmp_path:
         for rank in (0, 1):
             seen = json.loads((tmp_path / f"out-{rank}").read_text())
             assert seen == {"step": 99, "error": None}, seen
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
