@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from benchmarks.cpu_load import busy_processes
-from testbed.gloo_scripts import FLIGHT_RECORDER_EXPECTED, flight_recorder_script
+from testbed.gloo_scripts import FLIGHT_RECORDER_EXPECTED, flight_recorder_script, recorded_position
 
 
 def count_script_aborts(runs: int, destroy: bool) -> int:
@@ -46,7 +46,7 @@ def count_script_aborts(runs: int, destroy: bool) -> int:
 
 def _ended_cleanly(script: str) -> bool:
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300, check=False)
-    if done.returncode == 0 and done.stdout.split() == FLIGHT_RECORDER_EXPECTED:
+    if done.returncode == 0 and recorded_position(done.stdout) == FLIGHT_RECORDER_EXPECTED:
         return True
     print(f"  exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}", flush=True)
     return False

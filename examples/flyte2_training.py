@@ -1,15 +1,18 @@
 """A data-parallel training task with ElasticRootCause on Flyte 2.
 
 On a cluster: ``ROOTCAUSE_REGISTRY=<registry> EXAMPLE_NNODES=2 flyte run examples/flyte2_training.py
-train --fail_rank 1 --fault oom_kill`` from the repository root. With ``ROOTCAUSE_REGISTRY`` set, Flyte 2 builds the
-task image from the repository's ``Dockerfile`` (both flavours: ``flyteplugins.rootcause`` and
-flyte's ``a0``) and pushes it there; without it the environment takes Flyte 2's default image, which
-lacks this plugin. The action's error then names the failed rank and its pod, the same on every
-pod, and the report's "Failure timeline" tab shows the failures.
+train --fail_rank 1 --fault oom_kill``. With ``ROOTCAUSE_REGISTRY`` set, Flyte 2 builds the task image
+and pushes it there: Flyte 2's Debian base with torch and ``flyteplugins-rootcause`` installed with
+pip (which puts ``rootcause-a0``, the command the task's pods run, on PATH), or, with
+``ROOTCAUSE_FROM_CHECKOUT=1``, the repository's ``Dockerfile`` (both flavours built from this
+checkout; run from the repository root). Without a registry the environment takes Flyte 2's default
+image, which lacks this plugin. The action's error then names the failed rank and its pod, the same
+on every pod, and the report's "Failure timeline" tab shows the failures. ``EXAMPLE_NNODES`` is a
+number of pods (``2``) or a range (``1:4``), as ``Elastic``'s ``nnodes``.
 
 Locally, ``flyte run --local`` calls the function once, without torch elastic (Flyte 2's local
-mode), so it never fails the way a job does; the real launch runs through ``a0`` with local folders
-(``rootcause-demo-flyte2``, and ``tests/test_examples.py`` runs this task as a 2-pod job).
+mode), so it never fails the way a job does; the real launch runs through ``rootcause-a0`` with local
+folders (``rootcause-demo-flyte2``, and ``tests/test_examples.py`` runs this task as a 2-pod job).
 NCCL is used automatically where CUDA is present.
 """
 
@@ -27,18 +30,29 @@ import torch.distributed as dist
 from flyteplugins.rootcause import ElasticRootCause
 from rootcause_engine.distributed import default_backend, default_device
 
-NNODES = int(os.environ.get("EXAMPLE_NNODES", "1"))
-#: The repository's task image, which Flyte 2 builds when a registry is given.
+#: The job's pods (``EXAMPLE_NNODES``): a number, or ``min:max`` as ``Elastic``'s ``nnodes``.
+_NNODES = os.environ.get("EXAMPLE_NNODES", "1")
+NNODES: int | str = int(_NNODES) if _NNODES.isdigit() else _NNODES
+#: The torch pin of the image (the Dockerfile's ``ARG TORCH_VERSION``), and an extra index for it
+#: (e.g. https://download.pytorch.org/whl/cpu; unset: PyPI's wheel, with CUDA).
+TORCH_VERSION = os.environ.get("TORCH_VERSION", "2.13.0")
+TORCH_INDEX = os.environ.get("TORCH_INDEX")
+#: The repository's task image, which Flyte 2 builds from a checkout when asked to.
 DOCKERFILE = Path(__file__).resolve().parents[1] / "Dockerfile"
 
 
 def task_image() -> flyte.Image | str:
-    """The image for the example's task: the repository's ``Dockerfile`` when ``ROOTCAUSE_REGISTRY``
-    names where to push it; else ``"auto"`` (Flyte 2's default image, for local runs)."""
+    """The image for the example's task when ``ROOTCAUSE_REGISTRY`` names where to push it: the
+    plugin installed with pip on Flyte 2's Debian base, or the repository's ``Dockerfile`` with
+    ``ROOTCAUSE_FROM_CHECKOUT=1``; else ``"auto"`` (Flyte 2's default image, for local runs)."""
     registry = os.environ.get("ROOTCAUSE_REGISTRY")
     if not registry:
         return "auto"
-    return flyte.Image.from_dockerfile(DOCKERFILE, registry=registry, name="flytekitplugins-rootcause")
+    if os.environ.get("ROOTCAUSE_FROM_CHECKOUT") == "1":
+        return flyte.Image.from_dockerfile(DOCKERFILE, registry=registry, name="flytekitplugins-rootcause")
+    return flyte.Image.from_debian_base(
+        python_version=(3, 11), registry=registry, name="flyteplugins-rootcause"
+    ).with_pip_packages(f"torch=={TORCH_VERSION}", "flyteplugins-rootcause", extra_index_urls=TORCH_INDEX)
 
 
 env = flyte.TaskEnvironment(

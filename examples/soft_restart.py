@@ -7,9 +7,10 @@ other pods' workers keep their processes and the restarted ones catch up from th
     pyflyte run examples/soft_restart.py soft_restart_wf                # trains
     pyflyte run examples/soft_restart.py soft_restart_wf --fail_rank 1  # rank 1 fails once: healed
 
-On a cluster set ``EXAMPLE_NNODES`` to the job's pods (e.g. ``1:4``: go on with at least 1 while a
-failed one restarts). The loop is the pattern of ``flytekitplugins_rootcause.soft_restart``; what a
-survivor must hold, and what NCCL needs, is in docs/soft_restarts.md.
+On a cluster set ``EXAMPLE_NNODES`` to the job's pods, a number or a range (e.g. ``1:4``: go on with
+at least 1 while a failed one restarts; a number ``N`` keeps all N). The loop is the pattern of
+``flytekitplugins_rootcause.soft_restart``; what a survivor must hold, and what NCCL needs, is in
+docs/soft_restarts.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from flytekit.exceptions.user import FlyteRecoverableException
 
 from flytekitplugins_rootcause import ElasticRootCause, soft_restart
 
-NNODES = os.environ.get("EXAMPLE_NNODES", "1:1")
+#: The job's pods (``EXAMPLE_NNODES``): a number, or ``min:max`` as ``Elastic``'s ``nnodes``. Soft
+#: restarts need ``nnodes`` as a range, so a number ``N`` is the range ``N:N`` (exactly N pods).
+_NNODES = os.environ.get("EXAMPLE_NNODES", "1")
+NNODES: str = f"{_NNODES}:{_NNODES}" if _NNODES.isdigit() else _NNODES
 
 
 @task(task_config=ElasticRootCause(nnodes=NNODES, nproc_per_node=2, max_restarts=1, restart_policy="soft"),

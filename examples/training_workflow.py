@@ -6,10 +6,11 @@ Locally (CPU, gloo, 2 workers in one "pod"):
     pyflyte run examples/training_workflow.py training_wf --fail_rank 1      # rank 1 raises: see the report
     pyflyte run examples/training_workflow.py training_wf --fail_rank 0 --fault sigkill
 
-On a cluster (see the README's "Run it on a cluster"): set nnodes to the number of pods (EXAMPLE_NNODES),
-then either build the image from the repository's Dockerfile and `pyflyte run --remote --image <image> ...`,
-or let flytekit build it (examples/image_spec.py): from the repository root,
-`ROOTCAUSE_REGISTRY=<registry> pyflyte run --remote examples/training_workflow.py training_wf`.
+On a cluster (see the README's "Run it on a cluster"): set nnodes to the number of pods, or a
+range ``min:max`` (EXAMPLE_NNODES, as Elastic's nnodes), then either let flytekit build the image
+(examples/image_spec.py: the plugin from the package index, or from this checkout with
+ROOTCAUSE_FROM_CHECKOUT=1): `ROOTCAUSE_REGISTRY=<registry> pyflyte run --remote examples/training_workflow.py
+training_wf`, or build it from the repository's Dockerfile and `pyflyte run --remote --image <image> ...`.
 NCCL is used automatically where CUDA is present.
 """
 
@@ -26,7 +27,9 @@ from image_spec import image_from_environment
 from flytekitplugins_rootcause import ElasticRootCause
 from flytekitplugins_rootcause.distributed import default_backend, default_device
 
-NNODES = int(os.environ.get("EXAMPLE_NNODES", "1"))
+#: The job's pods (``EXAMPLE_NNODES``): a number, or ``min:max`` as ``Elastic``'s ``nnodes``.
+_NNODES = os.environ.get("EXAMPLE_NNODES", "1")
+NNODES: int | str = int(_NNODES) if _NNODES.isdigit() else _NNODES
 
 
 @task(

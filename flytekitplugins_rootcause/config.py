@@ -87,6 +87,7 @@ class ElasticRootCause(RootCauseSettings, Elastic):
             )
         super().__post_init__()
         _load_task_type()
+        _warn_where_defined(self.restart_policy)
 
 
 #: The module that defines and registers this config's task type (``ElasticRootCauseFunctionTask``).
@@ -106,3 +107,12 @@ def _load_task_type() -> None:
         importlib.import_module(TASK_TYPE_MODULE)
 
 
+
+
+def _warn_where_defined(restart_policy: str) -> None:
+    """Warn (``warnings.warn`` and the log, never an error) where the task is defined, so also at
+    ``pyflyte run --remote``, when an upstream version is not verified or lacks an internal: the
+    user hears it before the pods start, and the pods still train (they check again themselves)."""
+    from flytekitplugins_rootcause.upstream import task_readiness
+
+    task_readiness(restart_policy).announce(warn=True)

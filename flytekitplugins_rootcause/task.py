@@ -23,10 +23,17 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it, the engine's o
    (:mod:`rootcause_engine.agent.soft_restart_agent`): a failure is diagnosed as above, and
    only the failed node's workers restart while the others pause; the final report lists every
    earlier failure the job went through.
+
+Before any of that, the pod decides once whether the diagnosis runs
+(:func:`flytekitplugins_rootcause.upstream.task_readiness`): a missing internal, or a patch that
+raises while it is applied, runs kfpytorch's own ``_execute`` with the user's function instead (the
+training plain ``Elastic`` would run), with the reason in the log and the Deck; a version outside
+the verified ranges runs the diagnosis, with the warning in the log, the Deck and the error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -42,14 +49,17 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.exceptions import RootCauseDetails, root_cause_error
 from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
-from flytekitplugins_rootcause.report import publish_restarts_deck, publish_timeline_deck
+from flytekitplugins_rootcause.report import publish_readiness_deck, publish_restarts_deck, publish_timeline_deck
+from flytekitplugins_rootcause.upstream import task_readiness
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_core.ordering import Role
+from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import job_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.launch_session import LaunchSession, LaunchSettings
+from rootcause_engine.upstream.readiness import Readiness, enter_all
 from rootcause_engine.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
@@ -96,12 +106,23 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         return before_user_function(self._worker_hooks())
 
     def _execute(self, **kwargs: Any) -> Any:
+        readiness = task_readiness(self.task_config.restart_policy)
+        if not readiness.diagnosis_on:
+            return self._as_upstream(readiness, **kwargs)
+        readiness.announce()
+        publish_readiness_deck(readiness)
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
-        launch = LaunchSession(self._launch_settings(), error_of=root_cause_error)
-        # a pod without rank 0 leaves only once rank 0's pod wrote outputs.pb (after the session)
-        with rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s), launch:
+        launch = LaunchSession(self._launch_settings(readiness), error_of=root_cause_error)
+        with contextlib.ExitStack() as session, contextlib.ExitStack() as patches:
+            # a pod without rank 0 leaves only once rank 0's pod wrote outputs.pb (after the session)
+            failed = enter_all(session, (
+                rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s), launch
+            )) or enter_all(patches, (task_function_swapped(self, recording), launch.running()))
+            if failed is not None:
+                session.close()
+                return self._as_upstream(readiness.turned_off(failed), **kwargs)
             try:
-                with task_function_swapped(self, recording), launch.running():
+                with patches.pop_all():
                     result = super()._execute(**kwargs)
                 publish_restarts_deck(launch.restarts())
                 return result
@@ -133,6 +154,14 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                     raise
                 raise self._raised(diagnosis, launch) from None
 
+    def _as_upstream(self, readiness: Readiness, **kwargs: Any) -> Any:
+        """kfpytorch's own launch of the user's own function: what plain ``Elastic`` runs, for a pod
+        whose diagnosis is off (``readiness`` says why, in the log and the Deck)."""
+        readiness.announce()
+        publish_readiness_deck(readiness)
+        POD_STOP.release()  # the kubelet's SIGTERM does what it does without the plugin
+        return super()._execute(**kwargs)
+
     def _raised(self, diagnosis: Diagnosis, launch: LaunchSession) -> Exception:
         """The exception for this pod's ``diagnosis``, with the pod the failing pods agreed on
         (``agent.agreement``, as Flyte 2 uses it): when the job's root cause is another pod's earlier,
@@ -149,8 +178,8 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             elsewhere = agreed.worker
         return _raised(diagnosis, elsewhere)
 
-    def _launch_settings(self) -> LaunchSettings:
-        """The engine's view of this task's config."""
+    def _launch_settings(self, readiness: Readiness | None = None) -> LaunchSettings:
+        """The engine's view of this task's config; ``readiness``'s warnings go in every report."""
         return LaunchSettings.of(
             self.task_config,
             min_nodes=int(self.min_nodes),
@@ -158,6 +187,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
             start_method=self.task_config.start_method,
             rdzv_backend=self.rdzv_backend,
             environment=agent_environment(self.task_config),
+            notes=readiness.lines if readiness is not None else (),
         )
 
 

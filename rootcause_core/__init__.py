@@ -1,8 +1,9 @@
 """The shared core: the vocabulary the worker, the agent, the entrypoint and the reader all speak.
 
-Pure Python (stdlib and protobuf only: no flytekit, no torch, no I/O), shipped with the reader's
-distribution (``flyte-rootcause-reader``) so a backend service gets it without the plugin, and
-imported by the plugin for the same definitions. Each item has exactly one home here:
+Pure Python (stdlib and protobuf only: no flytekit, no torch, no I/O), its own distribution
+(``rootcause-core``), which the reader, the engine and both front-ends require: a backend service
+gets it without the plugin, and a Flyte 2 install without any Flyte 1 package. Each item has
+exactly one home here:
 
 - :mod:`rootcause_core.timestamps`: nanoseconds per second, RFC 3339 with nanoseconds, protobuf
   ``Timestamp`` conversions;

@@ -46,6 +46,12 @@ CLOCK_OFFSET_VARIABLE = "ROOTCAUSE_SIM_CLOCK_OFFSET_NS"
 SKEWED_CLOCK_DIR = Path(__file__).with_name("skewed_clock")
 #: ORDERING: where the first failing worker will record its error (the second waits for that file).
 FIRST_ERROR_FILE = "first_error_file"
+#: ``sitecustomize`` that skews a pod's upstream at interpreter start (:func:`upstream_skew_env`).
+UPSTREAM_SKEW_DIR = Path(__file__).with_name("upstream_skew")
+#: Read by that ``sitecustomize``: dotted names it deletes, comma-separated.
+REMOVED_ATTRIBUTES_VARIABLE = "ROOTCAUSE_SIM_REMOVED_ATTRIBUTES"
+#: Read by that ``sitecustomize``: dotted names of classes it makes unpatchable, comma-separated.
+FROZEN_CLASSES_VARIABLE = "ROOTCAUSE_SIM_FROZEN_CLASSES"
 
 
 class FaultKind(enum.StrEnum):
@@ -170,6 +176,29 @@ class Fault:
         data = json.loads(value)
         data["kind"] = FaultKind(data["kind"])
         return cls(**data)
+
+
+def upstream_skew_env(
+    where: Path,
+    *,
+    versions: dict[str, str] | None = None,
+    removed: tuple[str, ...] = (),
+    frozen: tuple[str, ...] = (),
+    pythonpath: str = "",
+) -> dict[str, str]:
+    """The variables that give every process of a pod another upstream than the installed one, as
+    users have: ``versions`` (distribution -> version) are what ``importlib.metadata`` reports (a
+    ``<name>-<version>.dist-info`` in ``where``, first on the path, while the real package imports),
+    ``removed`` attributes are gone and ``frozen`` classes cannot be patched
+    (``upstream_skew/sitecustomize.py``). ``pythonpath``: the path the pods had, kept after these."""
+    where.mkdir(parents=True, exist_ok=True)
+    for distribution, version in (versions or {}).items():
+        info = where / f"{distribution.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    path = os.pathsep.join(p for p in (str(UPSTREAM_SKEW_DIR), str(where), pythonpath) if p)
+    return {"PYTHONPATH": path, REMOVED_ATTRIBUTES_VARIABLE: ",".join(removed),
+            FROZEN_CLASSES_VARIABLE: ",".join(frozen)}
 
 
 def _sim_dir() -> Path:

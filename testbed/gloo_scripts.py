@@ -28,6 +28,13 @@ print(position.seq, position.op, position.entered_ns is not None)
 FLIGHT_RECORDER_EXPECTED = ["2", "gloo:all_reduce", "True"]
 
 
+def recorded_position(stdout: str) -> list[str]:
+    """What the script printed of the position: its last line (torch 2.8's gloo prints its
+    connection count on stdout before it)."""
+    lines = stdout.splitlines()
+    return lines[-1].split() if lines else []
+
+
 def flight_recorder_script(*, destroy: bool) -> str:
     """The script's source; ``destroy``: end the gloo group before the interpreter exits."""
     return _FLIGHT_RECORDER_SCRIPT.format(destroy=destroy)

@@ -108,3 +108,25 @@ def test_flyte2_training_example_names_the_killed_rank_in_error_pb(
     assert f"[victim] rank 1 (local rank 1, group rank 0) on worker {pod}" not in document.error.message, where
     assert document.error.kind == execution_pb2.ContainerError.RECOVERABLE, where
     assert "Failure timeline" in (result.output_prefix / "report.html").read_text(), where
+
+
+@pytest.mark.parametrize("value", ["2", "1:4"])
+def test_every_example_reads_example_nnodes_the_same_way(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``EXAMPLE_NNODES`` is a number of pods or a ``min:max`` range, as ``Elastic``'s ``nnodes``, in
+    every example that reads it: a number stays an int (``Elastic`` treats ``1`` and ``"1"`` apart),
+    but for soft restarts, which need a range, where ``N`` is ``N:N``."""
+    monkeypatch.setenv("EXAMPLE_NNODES", value)
+    monkeypatch.delenv("ROOTCAUSE_REGISTRY", raising=False)
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.syspath_prepend(str(REPO / "examples"))  # as pyflyte run puts it: image_spec is imported by name
+    number = int(value) if value.isdigit() else None
+    expected = {
+        "training_workflow": value if number is None else number,
+        "flyte2_training": value if number is None else number,
+        "soft_restart": value if number is None else f"{number}:{number}",
+    }
+    for name, nnodes in expected.items():
+        assert 'os.environ.get("EXAMPLE_NNODES"' in (REPO / "examples" / f"{name}.py").read_text(), name
+        monkeypatch.delitem(sys.modules, f"examples.{name}", raising=False)
+        example = importlib.import_module(f"examples.{name}")
+        assert (example.NNODES, type(example.NNODES)) == (nnodes, type(nnodes)), name

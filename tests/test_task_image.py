@@ -4,9 +4,11 @@
 Docker daemon (``testbed.dockerfile_replay`` says what is real and what is borrowed): the
 ``Dockerfile``'s ``COPY`` and ``RUN`` steps into a temporary root, with the context's
 ``.dockerignore`` applied, and then the console scripts the image puts on PATH are run. flytekit's
-own way, the ``ImageSpec`` in ``examples/image_spec.py``, is built into a build context by
-flytekit's image builder (the same code ``pyflyte run --remote`` runs, short of the daemon) and its
-copies and install step replayed the same way.
+own way, the ``ImageSpec``s in ``examples/image_spec.py``, are built into build contexts by
+flytekit's image builder (the same code ``pyflyte run --remote`` runs, short of the daemon): the
+default one installs the published plugin with pip, and the checkout's one has its copies and
+install step replayed the same way. The Flyte 2 example's images are checked too: the pip one and,
+from a checkout, this ``Dockerfile``.
 """
 
 from __future__ import annotations
@@ -128,17 +130,25 @@ def test_task_types_run_an_entrypoint_the_image_has(dockerfile_image: Dockerfile
     assert (_image_bin(dockerfile_image) / args[0]).exists()
 
 
+def _flyte2_example(monkeypatch: pytest.MonkeyPatch, **environment: str):
+    """``examples/flyte2_training.py`` imported afresh with ``environment`` set."""
+    monkeypatch.setenv("ROOTCAUSE_REGISTRY", "localhost:30000")
+    monkeypatch.delenv("ROOTCAUSE_FROM_CHECKOUT", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.syspath_prepend(str(REPO))
+    monkeypatch.delitem(sys.modules, "examples.flyte2_training", raising=False)
+    return importlib.import_module("examples.flyte2_training")
+
+
 @pytest.mark.slow
 def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
     dockerfile_image: DockerfileReplay, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Flyte 2 example builds the repository's ``Dockerfile`` (``flyte.Image.from_dockerfile``)
-    when given a registry, and its task runs ``rootcause-a0`` (flyte's ``a0``, the kubelet's SIGTERM
-    noted first), which the replayed image has."""
-    monkeypatch.setenv("ROOTCAUSE_REGISTRY", "localhost:30000")
-    monkeypatch.syspath_prepend(str(REPO))
-    monkeypatch.delitem(sys.modules, "examples.flyte2_training", raising=False)
-    example = importlib.import_module("examples.flyte2_training")
+    """From a checkout (``ROOTCAUSE_FROM_CHECKOUT=1``) the Flyte 2 example builds the repository's
+    ``Dockerfile`` (``flyte.Image.from_dockerfile``) when given a registry, and its task runs
+    ``rootcause-a0`` (flyte's ``a0``, the kubelet's SIGTERM noted first), which the replayed image has."""
+    example = _flyte2_example(monkeypatch, ROOTCAUSE_FROM_CHECKOUT="1")
     image = example.env.image
     assert Path(image.dockerfile) == REPO / "Dockerfile" and image.registry == "localhost:30000"
     args = example.train.container_args(SerializationContext(version="v1", root_dir=REPO))
@@ -149,9 +159,25 @@ def test_flyte2_tasks_run_an_entrypoint_the_image_has_and_build_this_dockerfile(
     assert "examples.flyte2_training" in args  # the module a pod loads the task from, under the image's /root
 
 
+def test_flyte2_example_installs_the_plugin_with_pip_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a checkout the Flyte 2 example's image is Flyte 2's Debian base with torch (the
+    Dockerfile's pin) and ``flyteplugins-rootcause`` installed with pip, the distribution whose
+    console script, ``rootcause-a0``, the task's container args name."""
+    example = _flyte2_example(monkeypatch)
+    image = example.env.image
+    assert image.dockerfile is None and image.registry == "localhost:30000"
+    packages = [package for layer in image._layers for package in getattr(layer, "packages", None) or ()]
+    torch_pin = build_arguments(REPO / "Dockerfile")["TORCH_VERSION"]
+    assert packages == [f"torch=={torch_pin}", "flyteplugins-rootcause"]
+    args = example.train.container_args(SerializationContext(version="v1", root_dir=REPO))
+    scripts = {e.name for e in importlib.metadata.distribution("flyteplugins-rootcause").entry_points
+               if e.group == "console_scripts"}
+    assert args[0] == ROOTCAUSE_RUNTIME_SCRIPT and args[0] in scripts
+
+
 @pytest.mark.slow
 def test_a_dockerfile_that_does_not_copy_rootcause_core_fails_to_build(tmp_path: Path) -> None:
-    """The replay catches the drift it exists for: the reader's distribution links ``rootcause_core``."""
+    """The replay catches the drift it exists for: the core's distribution links ``rootcause_core``."""
     lines = (REPO / "Dockerfile").read_text().splitlines()
     kept = [line for line in lines if not re.match(r"COPY\s+rootcause_core\b", line)]
     assert len(kept) == len(lines) - 1
@@ -169,21 +195,40 @@ def _copied_sources(dockerfile: Path) -> set[str]:
     return sources
 
 
-@pytest.mark.slow
-def test_the_image_spec_builds_the_same_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """flytekit's builder makes the ImageSpec's build context; its copies are the Dockerfile's (but
-    the workflow code, which fast registration uploads), its torch pin is the Dockerfile's, and its
-    install step, replayed into a fresh virtualenv, gives the same console scripts. (The builder's
-    ``uv pip install`` is replayed as ``pip install`` with the same arguments: uv cannot resolve
-    offline against the borrowed test environment.)"""
-    monkeypatch.chdir(REPO)  # ImageSpec.copy takes paths relative to where pyflyte runs
+def test_the_image_spec_installs_the_plugin_with_pip(tmp_path: Path) -> None:
+    """The default ImageSpec needs no checkout: flytekit's builder makes a context that installs
+    torch (the Dockerfile's pin) and ``flytekitplugins-rootcause`` from the package index and
+    copies nothing of the repository."""
     spec = image_spec.rootcause_image(registry="localhost:30000")
     context = tmp_path / "context"
     context.mkdir()
     create_docker_context(spec, context)
-
     torch_pin = build_arguments(REPO / "Dockerfile")["TORCH_VERSION"]
-    assert f"torch=={torch_pin}" in (context / "requirements_uv.txt").read_text()
+    requirements = (context / "requirements_uv.txt").read_text().split()
+    assert f"torch=={torch_pin}" in requirements and "flytekitplugins-rootcause" in requirements
+    assert not spec.copy and not spec.commands
+    assert _copied_sources(context / "Dockerfile").isdisjoint(_copied_sources(REPO / "Dockerfile"))
+
+
+@pytest.mark.slow
+def test_the_image_spec_from_a_checkout_builds_the_same_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flytekit's builder makes the checkout ImageSpec's build context; its copies are the
+    Dockerfile's (but the workflow code, which fast registration uploads), its pins are the
+    Dockerfile's, and its install step, replayed into a fresh virtualenv, gives the same console
+    scripts. (The builder's ``uv pip install`` is replayed as ``pip install`` with the same
+    arguments: uv cannot resolve offline against the borrowed test environment.)"""
+    monkeypatch.chdir(REPO)  # ImageSpec.copy takes paths relative to where pyflyte runs
+    spec = image_spec.rootcause_image_from_checkout(registry="localhost:30000")
+    context = tmp_path / "context"
+    context.mkdir()
+    create_docker_context(spec, context)
+
+    pins = build_arguments(REPO / "Dockerfile")
+    requirements = (context / "requirements_uv.txt").read_text().split()
+    assert f"torch=={pins['TORCH_VERSION']}" in requirements
+    for package, pin in (("flytekit", "FLYTEKIT_VERSION"), ("flytekitplugins-kfpytorch", "FLYTEKIT_VERSION"),
+                         ("flyte", "FLYTE_VERSION"), ("flyteplugins-pytorch", "FLYTE_VERSION")):
+        assert f"{package}=={pins[pin]}" in requirements, package
     assert _copied_sources(context / "Dockerfile") == _copied_sources(REPO / "Dockerfile") - {"examples"}
 
     generated = (context / "Dockerfile").read_text()
@@ -207,6 +252,7 @@ def test_the_image_spec_builds_the_same_image(tmp_path: Path, monkeypatch: pytes
     completed = _run_in_image(replay, PATCHED_ENTRYPOINT, "--help")
     assert completed.returncode == 0, completed.stderr
     assert (_image_bin(replay) / "rootcause-reader").exists()
+    assert (_image_bin(replay) / ROOTCAUSE_RUNTIME_SCRIPT).exists()
 
 
 def test_dockerignore_rules_follow_docker(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ is for. The Deck is on by default, since it is half of what this task is for.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,10 +23,12 @@ from flytekit.extend import TaskPlugins
 from flytekitplugins.kfpytorch.task import Elastic, PytorchElasticFunctionTask
 
 from flytekitplugins_rootcause.config import DEFAULT_MONITOR_INTERVAL_S
+from flytekitplugins_rootcause.upstream import precheck_readiness
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import RunsPatchedEntrypoint
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_engine.straggler.report import StragglerReport
 from rootcause_engine.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
+from rootcause_engine.upstream.readiness import enter_all
 
 
 @dataclass
@@ -83,11 +86,20 @@ class StragglerPrecheckFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunctio
 
         kfpytorch ships ``self._task_function`` to the workers; it is swapped for the check only for
         the launch and restored after (:func:`~flytekitplugins_rootcause.upstream.kfpytorch.task_function_swapped`),
-        so the task object (name, interface, resolver) is untouched.
+        so the task object (name, interface, resolver) is untouched. Where kfpytorch lacks what the
+        swap needs, or the swap raises, the check is skipped and the report says why: a pre-check
+        must not fail the workflow it guards.
         """
         check = functools.partial(run_precheck, self.task_config.check, self.task_config.nnodes)
-        with task_function_swapped(self, check):
-            return super()._execute(**kwargs)
+        readiness = precheck_readiness()
+        with contextlib.ExitStack() as stack:
+            reason = readiness.off_reason or enter_all(stack, [task_function_swapped(self, check)])
+            if reason is None:
+                readiness.announce()
+                return super()._execute(**kwargs)
+        skipped = readiness.turned_off(reason)
+        skipped.announce()
+        return StragglerReport(skipped=skipped.note, action=Action(self.task_config.check.action).value)
 
 
 TaskPlugins.register_pythontask_plugin(StragglerPrecheck, StragglerPrecheckFunctionTask)

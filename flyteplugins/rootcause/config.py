@@ -41,9 +41,9 @@ class ElasticRootCause(RootCauseSettings, Elastic):
     monitor_interval: float = DEFAULT_MONITOR_INTERVAL_S  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
-        # the task is defined here (TaskEnvironment(plugin_config=...)): an unsupported flyte or
-        # flyteplugins-pytorch is refused now, not in the pods of a job already launched
-        check_flyte()
+        # the task is defined here (TaskEnvironment(plugin_config=...)): an unverified or incomplete
+        # upstream is told now, as a warning (the pods check again, and train either way)
+        check_flyte(self.restart_policy)
         if isinstance(self.nproc_per_node, bool) or not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1:
             raise ValueError(f"nproc_per_node must be a whole number >= 1, got {self.nproc_per_node!r}")
         if self.nccl_heartbeat_timeout_sec is not None and self.nccl_heartbeat_timeout_sec <= 0:

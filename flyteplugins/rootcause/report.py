@@ -27,6 +27,7 @@ from rootcause_engine.agent.diagnosis.pipeline import RestartRow
 from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeline_html
 from rootcause_engine.straggler.page import render_html
 from rootcause_engine.straggler.report import StragglerReport
+from rootcause_engine.upstream.readiness import Readiness
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ TIMELINE_TAB = "Failure timeline"
 RESTARTS_TAB = "Soft restarts"
 #: The report tab of the straggler pre-check (``ElasticRootCause(straggler_check=...)``).
 STRAGGLER_TAB = "Straggler check"
+#: The report tab that says the diagnosis is off, or runs on an upstream version it was not verified on.
+READINESS_TAB = "Root-cause diagnosis"
 
 
 def timeline_page(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -> str:
@@ -53,6 +56,11 @@ async def publish_restarts(restarts: tuple[RestartRow, ...]) -> None:
     """A launch that healed through soft restarts: its restarts in their tab (nothing without any)."""
     if restarts:
         await _publish(RESTARTS_TAB, restarts_html(restarts))
+
+
+async def publish_readiness(readiness: Readiness) -> None:
+    """The diagnosis is off or not verified here: say so in its tab (nothing when it is verified)."""
+    await _publish(READINESS_TAB, readiness.page)
 
 
 def add_straggler_tab(report: StragglerReport) -> None:

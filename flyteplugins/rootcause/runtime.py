@@ -9,7 +9,8 @@ becomes the launch's recorded, recoverable root cause as soon as the task starts
 The task's container args name this script instead of ``a0``
 (``RootCauseTorchFunctionTask.container_args``); everything after the script's name is ``a0``'s.
 Nothing but :mod:`rootcause_core.pod_stop` is imported before the notice is installed (this package
-resolves its public names lazily for that reason).
+resolves its public names lazily for that reason). Where flyte lacks an internal this flavour uses,
+the notice is given back and ``a0`` runs as it is (the task then runs upstream's launch).
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from rootcause_core.pod_stop import POD_STOP
 
 def main() -> None:
     POD_STOP.install()
-    from flyteplugins.rootcause.upstream import run_flyte_runtime
+    from flyteplugins.rootcause.upstream import flyte_readiness, run_flyte_runtime
 
+    readiness = flyte_readiness(restart_policy=None)
+    readiness.announce()
+    if not readiness.diagnosis_on:
+        POD_STOP.release()  # flyte's a0 as it is: the task runs as upstream's too
     run_flyte_runtime()
 
 

@@ -22,22 +22,28 @@ its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint,
 
 ``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
 there to observe); :mod:`rootcause_harness.flyte2` runs the real launch through ``a0``.
+
+Before the launch the pod decides once whether the diagnosis runs
+(:func:`flyteplugins.rootcause.upstream.flyte_readiness`): a missing internal, or a patch that
+raises while it is applied, runs upstream's ``TorchFunctionTask.execute`` instead (the training
+plain ``Elastic`` would run), with the reason in the log and the report; a version outside the
+verified ranges runs the diagnosis, with the warning in the log, the report and the error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import tempfile
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import flyte
 from cloudpickle import cloudpickle
-from flyte._context import internal_ctx
-from flyte._task import P, R
 from flyte.extend import TaskPluginRegistry
 from flyte.models import SerializationContext
 from flyteplugins.pytorch.task import TorchFunctionTask, launcher_entrypoint
@@ -50,12 +56,13 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.exceptions import AgentHungError, root_cause_error
 from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
-from flyteplugins.rootcause.report import add_straggler_tab, publish_restarts, publish_timeline
+from flyteplugins.rootcause.report import add_straggler_tab, publish_readiness, publish_restarts, publish_timeline
 from flyteplugins.rootcause.root_cause_adoption import error_to_write
 from flyteplugins.rootcause.straggler import read_published_report, straggler_check_hook
 from flyteplugins.rootcause.upstream import (
-    check_flyte,
+    flyte_readiness,
     in_pod_main_process,
+    internal_ctx,
     leave_outputs_to_rank_0,
     run_by_rootcause_runtime,
     upload_error_document,
@@ -70,10 +77,15 @@ from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, failure_sink
 from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
 from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.upstream.readiness import Readiness, enter_all
 from rootcause_engine.worker.process_settings import WorkerProcessSettings, agent_environment, before_user_function
 from rootcause_engine.worker.recorder import RecordingTaskFunction
 
 logger = logging.getLogger(__name__)
+
+# the task's signature types (flyte's own are private names, which a release may move)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Which root causes Flyte 2 retries: every error but a ``NonRecoverableError`` (the launch's
 #: diagnoses, soft restarts and the agreement all judge by it).
@@ -98,22 +110,50 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
     plugin_config: ElasticRootCause
 
     async def execute(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        readiness = flyte_readiness(self.plugin_config.restart_policy)
+        if readiness.diagnosis_on and internal_ctx().data.task_context.mode == "local":
+            return self.func(*args, **kwargs)  # upstream's local run: the function once, no launch
+        if readiness.diagnosis_on:
+            try:
+                return await self._observed_execute(readiness, *args, **kwargs)
+            except _PatchesNotApplied as failed:
+                readiness = readiness.turned_off(failed.reason)
+        return await self._upstream_execute(readiness, *args, **kwargs)
+
+    async def _upstream_execute(self, readiness: Readiness, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Upstream's own ``execute``: what plain ``Elastic`` runs, for a pod whose diagnosis is off
+        (``readiness`` says why, in the log and the report)."""
+        readiness.announce()
+        POD_STOP.release()  # the kubelet's SIGTERM does what it does without the plugin
+        try:
+            return await TorchFunctionTask.execute(self, *args, **kwargs)
+        finally:
+            if self.report:
+                await publish_readiness(readiness)
+
+    async def _observed_execute(self, readiness: Readiness, *args: P.args, **kwargs: P.kwargs) -> R:
+        """The launch inside the engine's observers; raises :class:`_PatchesNotApplied` (before any
+        worker starts) when applying them failed."""
+        readiness.announce()
         ctx = internal_ctx()
         tctx = ctx.data.task_context
-        if tctx.mode == "local":
-            return self.func(*args, **kwargs)
-        check_flyte()
         tctx = tctx.replace(data=await self.pre(*args, **kwargs))
         with ctx.replace_task_context(tctx), failure_sink(
             lambda error: _upload_last_resort(error, tctx.output_path), destination=tctx.output_path
         ):
             launch = LaunchSession(
-                self._launch_settings(), error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self)
+                self._launch_settings(readiness),
+                error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self, launch.settings.notes),
             )
-            with launch, tempfile.TemporaryDirectory(prefix="rootcause-straggler-") as scratch:
+            scratch_dir = tempfile.TemporaryDirectory(prefix="rootcause-straggler-")
+            with contextlib.ExitStack() as session, scratch_dir as scratch:
+                patches = contextlib.ExitStack()
+                failed = enter_all(session, (launch,)) or enter_all(patches, (launch.running(),))
+                if failed is not None:
+                    raise _PatchesNotApplied(failed)
                 straggler_file = os.path.join(scratch, "report.json")  # the check's report, from rank 0
                 try:
-                    with launch.running():
+                    with patches:
                         out = elastic_launch(self._launch_config(), entrypoint=launcher_entrypoint)(
                             tctx, cloudpickle.dumps(self._recording(straggler_file)), kwargs
                         )
@@ -142,6 +182,8 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                 if self.report and restarts:
                     self._add_straggler_tab(straggler_file)
                     await publish_restarts(restarts)
+                if self.report:
+                    await publish_readiness(readiness)
             # rank 0 returns the task's output; a pod without it leaves outputs.pb to rank 0's, once
             # rank 0's pod wrote it (waited for before the marking, after which error.pb is not written)
             if 0 not in out:
@@ -190,8 +232,8 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             start_method=START_METHOD,
         )
 
-    def _launch_settings(self) -> LaunchSettings:
-        """The engine's view of this task's config."""
+    def _launch_settings(self, readiness: Readiness | None = None) -> LaunchSettings:
+        """The engine's view of this task's config; ``readiness``'s warnings go in every report."""
         return LaunchSettings.of(
             self.plugin_config,
             min_nodes=int(self.min_nodes),
@@ -200,6 +242,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             rdzv_backend=self.plugin_config.rdzv_backend,
             environment=agent_environment(_EngineEnvironment.of(self.plugin_config)),
             retry_rule=RETRY_RULE,
+            notes=readiness.lines if readiness is not None else (),
         )
 
     async def _raised(
@@ -208,12 +251,13 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         """The exception this pod raises for ``diagnosis``: the job's agreed report, after the report
         tabs; a report naming only victims gives way to a root cause another pod's ``error.pb``
         names (:mod:`.root_cause_adoption`: this pod's write then leaves that document as it is)."""
-        own = _job_error(diagnosis, launch.peers, self)
+        own = _job_error(diagnosis, launch.peers, self, launch.settings.notes)
         logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
         error = await asyncio.to_thread(error_to_write, own, output_path, self.plugin_config.root_cause_wait_s)
         agreed = getattr(error, "agreed", None)
         if isinstance(agreed, AgreedReport) and self.report:
             self._add_straggler_tab(straggler_file)
+            await publish_readiness(Readiness(not_verified=launch.settings.notes))  # the diagnosis is on
             await publish_timeline(agreed, launch.restarts())
         return error
 
@@ -228,9 +272,19 @@ def _upload_last_resort(error: BaseException, output_path: str) -> None:
     call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
 
 
-def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask) -> Exception:
+class _PatchesNotApplied(Exception):
+    """Applying the launch's patches or observers failed (``reason``): upstream's launch runs instead."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask,
+               notes: tuple[str, ...] = ()) -> Exception:
     """The job's exception for this pod's ``diagnosis``: agreed with the other failing pods (also what
-    the agent watchdog hands the failure sink before it ends the pod)."""
+    the agent watchdog hands the failure sink before it ends the pod); ``notes`` (an upstream version
+    not verified here) end its message, as they end this pod's own report."""
     agreed = job_report(
         diagnosis,
         peers,
@@ -238,7 +292,11 @@ def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunct
         timeout_s=task.plugin_config.agreement_timeout_s,
         retry_rule=RETRY_RULE,
     )
-    return AgentHungError(diagnosis) if agreed is None else root_cause_error(agreed)
+    if agreed is None:
+        return AgentHungError(diagnosis)
+    if notes:
+        agreed = dataclasses.replace(agreed, message="\n\n".join((agreed.message, *notes)))
+    return root_cause_error(agreed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -109,6 +109,9 @@ class LaunchSettings:
     retry_rule: RetryRule = RetryRule.ON_REQUEST
     #: the hang watch's settings (:mod:`.hang_watch`); ``None``: no watch
     hang: HangSettings | None = None
+    #: lines every diagnosis's report ends with (an upstream version outside the verified range:
+    #: :mod:`rootcause_engine.upstream.readiness`), so the error the user reads says so
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -121,6 +124,7 @@ class LaunchSettings:
         rdzv_backend: str,
         environment: Mapping[str, str],
         retry_rule: RetryRule = RetryRule.ON_REQUEST,
+        notes: tuple[str, ...] = (),
     ) -> LaunchSettings:
         """The settings of either front-end's ``ElasticRootCause`` (both carry the root-cause fields
         and ``rdzv_configs``); the rendezvous endpoint is the one the training operator gives the pod."""
@@ -141,6 +145,7 @@ class LaunchSettings:
             environment=environment,
             retry_rule=retry_rule,
             hang=hang_settings(config),
+            notes=notes,
         )
 
 
@@ -314,6 +319,7 @@ class LaunchSession:
         soft = self.soft
         if soft is not None and (earlier := history_note(soft)):
             notes = (*notes, earlier)
+        notes = (*notes, *self.settings.notes)
         return diagnose(
             record_launch(self._observer(), child_failed),
             trigger=trigger,

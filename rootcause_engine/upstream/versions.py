@@ -1,9 +1,11 @@
-"""Which upstream versions the patches were verified against, and the check that refuses the others.
+"""Which upstream versions the patches were verified against, and the symbol check.
 
 The patches rely on internals (private methods, module globals, attributes set in constructors)
-that upstream may rename or drop in any release without notice. Failing with a message that names
-the package, its version, the supported range and the missing symbol beats a patch that silently
-stops applying: on the failure path that turns into a stalled agent or a wrong root cause.
+that upstream may rename or drop in any release without notice. A version outside the verified
+range only warns (:func:`version_warning`): refusing it would fail a training that plain
+``Elastic`` runs. A missing symbol is what breaks a patch, so :func:`require` raises for one,
+naming it, before anything is patched; :mod:`.readiness` turns both into the one verdict each
+flavour acts on (the diagnosis on, with warnings, or off).
 
 The check is lazy: each seam module calls :func:`require` with its own symbols at the first use
 of a patch (never at ``import flytekit``, which imports this plugin through its entry point and
@@ -16,24 +18,19 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
-import os
 import re
 import threading
 import types
 from collections.abc import Iterable
 from typing import Any
 
-#: Set to ``1`` to run with an upstream version outside the supported range (at your own risk: the
-#: symbols are still checked, their behaviour is not).
-ALLOW_UNSUPPORTED_VARIABLE = "ROOTCAUSE_ALLOW_UNSUPPORTED_UPSTREAM"
-
 
 class UnsupportedUpstreamError(RuntimeError):
-    """An upstream package's version or internals are not what this plugin's patches were written for."""
+    """An upstream package lacks an internal this plugin's patches use."""
 
 
 @dataclasses.dataclass(frozen=True)
-class SupportedRange:
+class VerifiedRange:
     """``minimum <= release < below``, compared on the numeric release only (``2.13.0+cpu`` is 2.13.0)."""
 
     minimum: tuple[int, ...]
@@ -47,16 +44,16 @@ class SupportedRange:
         return f">={'.'.join(map(str, self.minimum))},<{'.'.join(map(str, self.below))}"
 
 
-#: Verified here: every symbol of every seam module exists in these versions and the integration
-#: tests pass. torch: 2.13.0, the version the patches were written against (the Makefile and the
-#: Dockerfile pin it). flytekit and kfpytorch: 1.16.31, and the symbols also checked in 1.16.0.
-SUPPORTED: dict[str, SupportedRange] = {
-    "torch": SupportedRange((2, 13), (2, 14)),
-    "flytekit": SupportedRange((1, 16), (1, 17)),
-    "flytekitplugins-kfpytorch": SupportedRange((1, 16), (1, 17)),
-    # Flyte 2's front-end (flyteplugins.rootcause): 2.12.1, the version its seam was written against
-    "flyte": SupportedRange((2, 12), (2, 13)),
-    "flyteplugins-pytorch": SupportedRange((2, 12), (2, 13)),
+#: The ranges the patches are verified on: outside them the plugin runs and warns. The lead fills in
+#: which versions of each range the compat lane ran (docs/upstream.md) and may narrow one here, the
+#: one place these ranges live.
+VERIFIED: dict[str, VerifiedRange] = {
+    "torch": VerifiedRange((2, 8), (2, 16)),
+    "flytekit": VerifiedRange((1, 14), (1, 17)),
+    "flytekitplugins-kfpytorch": VerifiedRange((1, 14), (1, 17)),
+    # Flyte 2's front-end (flyteplugins.rootcause)
+    "flyte": VerifiedRange((2, 10), (2, 13)),
+    "flyteplugins-pytorch": VerifiedRange((2, 10), (2, 13)),
 }
 
 
@@ -83,7 +80,6 @@ class Symbol:
 
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 _lock = threading.Lock()
-_checked_distributions: set[str] = set()
 _checked_symbols: set[Symbol] = set()
 
 
@@ -101,25 +97,14 @@ def installed_version(distribution: str) -> str | None:
         return None
 
 
-def _advice(distribution: str) -> str:
-    return f"install {distribution}{SUPPORTED[distribution]} (pip install '{distribution}{SUPPORTED[distribution]}')"
-
-
-def check_version(distribution: str) -> None:
-    """Raise :class:`UnsupportedUpstreamError` unless ``distribution``'s installed version is supported."""
-    supported = SUPPORTED[distribution]
+def version_warning(distribution: str) -> str | None:
+    """The warning for ``distribution``'s installed version outside its verified range (older or newer);
+    ``None`` within it, or when it is not installed (its symbols then say what is missing)."""
+    verified = VERIFIED[distribution]
     version = installed_version(distribution)
-    if version is not None and version in supported:
-        return
-    if os.environ.get(ALLOW_UNSUPPORTED_VARIABLE) == "1":
-        return
-    found = "is not installed" if version is None else f"{version} is installed"
-    raise UnsupportedUpstreamError(
-        f"flytekitplugins-rootcause patches internals of {distribution} and supports {distribution}{supported} "
-        f"only, but {distribution} {found}. To fix it, {_advice(distribution)}; or set "
-        f"{ALLOW_UNSUPPORTED_VARIABLE}=1 to run with this version anyway (untested: a failure may be reported "
-        f"wrongly or not at all)."
-    )
+    if version is None or version in verified:
+        return None
+    return f"root-cause diagnosis not verified on {distribution} {version} (verified: {distribution}{verified})"
 
 
 def _constructors_mention(owner: type, name: str) -> bool:
@@ -147,33 +132,33 @@ def _resolve(symbol: Symbol) -> bool:
     return hasattr(value, last)
 
 
+def symbol_problem(symbol: Symbol) -> str | None:
+    """What is wrong with ``symbol`` in the installed package (``None``: it is there)."""
+    if _resolve(symbol):
+        return None
+    version = installed_version(symbol.distribution) or "(not installed)"
+    return f"{symbol.distribution} {version} has no {symbol.qualified_name}, which the plugin {symbol.why}"
+
+
 def check_symbol(symbol: Symbol) -> None:
     """Raise :class:`UnsupportedUpstreamError` naming ``symbol`` if the installed package lacks it."""
-    if _resolve(symbol):
-        return
-    distribution = symbol.distribution
-    version = installed_version(distribution) or "(not installed)"
-    raise UnsupportedUpstreamError(
-        f"flytekitplugins-rootcause cannot run with {distribution} {version} (supported: "
-        f"{distribution}{SUPPORTED[distribution]}): it has no {symbol.qualified_name}, which the plugin "
-        f"{symbol.why}. To fix it, {_advice(distribution)}."
-    )
+    problem = symbol_problem(symbol)
+    if problem is not None:
+        raise UnsupportedUpstreamError(f"the root-cause plugin cannot run: {problem}.")
 
 
 def require(symbols: Iterable[Symbol]) -> None:
-    """Check the versions of the symbols' packages, then the symbols; each once per process.
+    """Check the symbols, each once per process.
 
-    Called by the seam at the first use of a patch, before anything is patched, so that an
-    unsupported upstream fails there, clearly, and not in the middle of a failing launch.
+    Called by the seam at the first use of a patch, before anything is patched, so that a missing
+    internal fails there, clearly, and not in the middle of a failing launch. The front-ends check
+    every symbol up front (:mod:`.readiness`) and run as upstream where one is missing, so in a task
+    this raises only for an upstream that changed while the process ran.
     """
     pending = [symbol for symbol in symbols if symbol not in _checked_symbols]
     if not pending:
         return
     with _lock:
-        for distribution in dict.fromkeys(symbol.distribution for symbol in pending):
-            if distribution not in _checked_distributions:
-                check_version(distribution)
-                _checked_distributions.add(distribution)
         for symbol in pending:
             check_symbol(symbol)
             _checked_symbols.add(symbol)
@@ -182,5 +167,4 @@ def require(symbols: Iterable[Symbol]) -> None:
 def forget_checks() -> None:
     """Forget what :func:`require` checked (for tests that simulate another upstream)."""
     with _lock:
-        _checked_distributions.clear()
         _checked_symbols.clear()

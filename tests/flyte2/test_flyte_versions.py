@@ -1,10 +1,11 @@
-"""An unsupported flyte or flyteplugins-pytorch is refused where the task is defined
-(``ElasticRootCause``, so ``flyte.TaskEnvironment(plugin_config=...)``), in words naming this
-distribution, ``flyteplugins-rootcause``, and the distribution at fault (simulated by patching the
-engine's version lookup, as ``tests/upstream/test_seam.py`` does)."""
+"""An unverified or incomplete flyte or flyteplugins-pytorch is told where the task is defined
+(``ElasticRootCause``, so ``flyte.TaskEnvironment(plugin_config=...)``), as a warning, never an
+error: the task is defined and its pods train (simulated by patching the engine's version lookup,
+as ``tests/upstream/test_seam.py`` does; the pods' own check runs in ``test_fail_open_jobs.py``)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import flyte
@@ -12,20 +13,19 @@ import flyte._internal.runtime.io
 import pytest
 
 from flyteplugins.rootcause import ElasticRootCause, RootCauseTorchFunctionTask
-from flyteplugins.rootcause.upstream import UnsupportedFlyteError
-from rootcause_engine.upstream import versions
-from rootcause_engine.upstream.versions import ALLOW_UNSUPPORTED_VARIABLE, UnsupportedUpstreamError
-
-SUPPORTED = "flyteplugins-rootcause supports flyte>=2.12,<2.13 and flyteplugins-pytorch>=2.12,<2.13 only"
+from flyteplugins.rootcause.upstream import flyte_readiness
+from rootcause_engine.upstream import readiness, versions
+from rootcause_engine.upstream.readiness import RootCauseUpstreamWarning
 
 
 @pytest.fixture(autouse=True)
-def _fresh_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test checks anew, and a simulated upstream never leaks into another test."""
-    monkeypatch.delenv(ALLOW_UNSUPPORTED_VARIABLE, raising=False)
+def _fresh_checks() -> Iterator[None]:
+    """Each test checks and warns anew, and a simulated upstream never leaks into another test."""
     versions.forget_checks()
+    readiness.forget_announcements()
     yield
     versions.forget_checks()
+    readiness.forget_announcements()
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, distribution: str, version: str | None) -> None:
@@ -47,47 +47,45 @@ def _define(name: str) -> RootCauseTorchFunctionTask:
 
 
 @pytest.mark.parametrize(
-    ("distribution", "version", "found"),
-    [
-        ("flyteplugins-pytorch", "2.13.0", "flyteplugins-pytorch 2.13.0 is installed"),
-        ("flyte", "2.11.4", "flyte 2.11.4 is installed"),
-        ("flyte", None, "flyte is not installed"),
-    ],
+    ("distribution", "version"),
+    [("flyteplugins-pytorch", "2.13.0"), ("flyte", "2.9.4"), ("torch", "2.99.0")],
+    ids=["newer-plugin", "older-flyte", "newer-torch"],
 )
-def test_an_unsupported_version_is_refused_at_the_definition_naming_both_distributions(
-    monkeypatch: pytest.MonkeyPatch, distribution: str, version: str | None, found: str
+def test_an_unverified_version_warns_at_the_definition_and_defines_the_task(
+    monkeypatch: pytest.MonkeyPatch, distribution: str, version: str
 ) -> None:
     _installed(monkeypatch, distribution, version)
-    with pytest.raises(UnsupportedFlyteError) as raised:
-        _define("refused_version")
-    message = str(raised.value)
-    assert message.startswith(f"{SUPPORTED}, but {found}. "), message
-    assert f"pip install '{distribution}>=2.12,<2.13'" in message and ALLOW_UNSUPPORTED_VARIABLE in message
-    assert "flytekitplugins" not in message  # the flytekit plugin is not what the user installed
-    assert isinstance(raised.value, UnsupportedUpstreamError)  # what the engine's checks raise
+    with pytest.warns(RootCauseUpstreamWarning) as warned:
+        _define("unverified_version")
+    verified = versions.VERIFIED[distribution]
+    expected = f"root-cause diagnosis not verified on {distribution} {version} (verified: {distribution}{verified})"
+    assert [str(warning.message) for warning in warned] == [expected]
+    assert flyte_readiness().diagnosis_on  # runs with the warning
 
 
-def test_a_missing_internal_is_refused_at_the_definition_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_internal_warns_at_the_definition_that_the_diagnosis_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(flyte._internal.runtime.io, "report_path")
-    with pytest.raises(UnsupportedFlyteError) as raised:
+    with pytest.warns(RootCauseUpstreamWarning) as warned:
         ElasticRootCause(nnodes=2, nproc_per_node=1)
-    message = str(raised.value)
-    assert message.startswith(f"{SUPPORTED}, but flyte {versions.installed_version('flyte')} has no "
-                              "flyte._internal.runtime.io.report_path, which the plugin reads back"), message
-    assert message.endswith("To fix it, pip install 'flyte>=2.12,<2.13'.")
+    (message,) = [str(warning.message) for warning in warned]
+    assert message == (
+        f"root-cause diagnosis is off: flyte {versions.installed_version('flyte')} has no "
+        "flyte._internal.runtime.io.report_path, which the plugin reads back to keep the report tabs that rank 0's "
+        "workers flushed; running as upstream Elastic"
+    )
+    assert not flyte_readiness().diagnosis_on
 
 
-def test_a_supported_upstream_defines_the_task_and_is_checked_there(monkeypatch: pytest.MonkeyPatch) -> None:
-    lookups: list[str] = []
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda name: lookups.append(name) or real(name))
-    _define("supported")
-    assert sorted(lookups) == ["flyte", "flyteplugins-pytorch"]  # at the definition, once per process
-    _define("supported_again")
-    assert len(lookups) == 2
+def test_a_verified_upstream_defines_the_task_without_a_word(recwarn: pytest.WarningsRecorder) -> None:
+    _define("verified")
+    assert not [warning for warning in recwarn if issubclass(warning.category, RootCauseUpstreamWarning)]
+    assert flyte_readiness().ok
 
 
-def test_the_override_variable_lets_an_unsupported_version_define_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed(monkeypatch, "flyteplugins-pytorch", "2.13.0")
-    monkeypatch.setenv(ALLOW_UNSUPPORTED_VARIABLE, "1")
-    _define("allowed")
+def test_the_warning_is_given_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch, "flyte", "2.13.0")
+    with pytest.warns(RootCauseUpstreamWarning):
+        _define("warned")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RootCauseUpstreamWarning)
+        _define("warned_again")  # the same line is not repeated

@@ -3,10 +3,11 @@
 The task extends ``flyteplugins.pytorch``'s ``TorchFunctionTask`` (its ``pre``, ``post``, the
 worker entrypoint it hands torch), and the agent watchdog's last-resort writer uses the runtime's
 own error conversion and upload (so the document it writes is the one ``a0`` would write for the
-same exception, flyteidl2's ``ErrorDocument``). These are private names: a release that renames
-them must fail with a clear message (``rootcause_engine.upstream.versions``), not write nothing, and
-fail where the task is defined (:func:`check_flyte`, from ``ElasticRootCause``), not in the pods of
-a job already launched.
+same exception, flyteidl2's ``ErrorDocument``). These are private names, and a release may rename
+them: this flavour's one verdict (:func:`flyte_readiness`, with the engine's torch seams) then turns
+the diagnosis off and the task runs upstream's ``TorchFunctionTask.execute``; a version outside the
+verified ranges runs it with a warning. The user hears both where the task is defined
+(:func:`check_flyte`, from ``ElasticRootCause``), never as an error.
 A pod without rank 0 leaves the action's outputs to rank 0's pod through the runtime's own rule for
 clustered workers (:func:`leave_outputs_to_rank_0`).
 """
@@ -18,14 +19,8 @@ import os
 import sys
 from typing import Any
 
-from rootcause_engine.upstream import versions
-from rootcause_engine.upstream.versions import (
-    ALLOW_UNSUPPORTED_VARIABLE,
-    SUPPORTED,
-    Symbol,
-    UnsupportedUpstreamError,
-    require,
-)
+from rootcause_engine.upstream.readiness import Readiness, check, engine_seams
+from rootcause_engine.upstream.versions import Symbol, require
 
 _TASK = "flyteplugins.pytorch.task"
 
@@ -62,73 +57,33 @@ def in_pod_main_process() -> bool:
     )
 
 
-#: This front-end's distribution: the refusal names it (the engine's own messages name the flytekit one).
-DISTRIBUTION = "flyteplugins-rootcause"
-#: The upstream distributions this front-end reads internals of (flyte, flyteplugins-pytorch).
-DISTRIBUTIONS: tuple[str, ...] = tuple(sorted({symbol.distribution for symbol in SYMBOLS}))
+def flyte_readiness(restart_policy: str | None = "hard") -> Readiness:
+    """This flavour's verdict: its flyte and flyteplugins-pytorch internals and the torch seams of a
+    launch under ``restart_policy`` (``None``: this seam alone, which loads no torch)."""
+    engine = () if restart_policy is None else engine_seams(restart_policy)
+    return check((*engine, __name__))
 
 
-class UnsupportedFlyteError(UnsupportedUpstreamError):
-    """flyte or flyteplugins-pytorch is not a version this front-end supports, or lacks a name it uses."""
+def check_flyte(restart_policy: str = "hard") -> Readiness:
+    """Warn where the task is defined (``ElasticRootCause``: in the user's process, at
+    ``flyte.TaskEnvironment(plugin_config=...)`` and ``flyte run``) when an upstream version is not
+    verified or lacks an internal; never raises: the pods check again and train either way."""
+    readiness = flyte_readiness(restart_policy)
+    readiness.announce(warn=True)
+    return readiness
 
 
-def check_flyte() -> None:
-    """Refuse an unsupported flyte or flyteplugins-pytorch (checked once per process).
+def internal_ctx() -> Any:
+    """flyte's context of the running task (its mode, its task context, the replace it offers)."""
+    require(SYMBOLS)
+    from flyte._context import internal_ctx as flyte_internal_ctx
 
-    ``ElasticRootCause`` calls it when it is built, so a task is refused where it is defined (in the
-    user's process, at ``flyte.TaskEnvironment(plugin_config=...)``), before it is deployed or run; the
-    task calls it again before the first use of an internal, for a task that reached a pod pickled.
-    The engine's check does the work; its message names the flytekit plugin, so the refusal is
-    worded again for this distribution.
-    """
-    try:
-        require(SYMBOLS)
-    except UnsupportedUpstreamError as error:
-        raise UnsupportedFlyteError(_refusal(error)) from error
-
-
-def _refusal(error: UnsupportedUpstreamError) -> str:
-    """``flyteplugins-rootcause supports flyte... and flyteplugins-pytorch... only, but ...``: which
-    distribution is wrong, and how, found by asking the engine's checks one at a time."""
-    supported = " and ".join(f"{distribution}{SUPPORTED[distribution]}" for distribution in DISTRIBUTIONS)
-    problem = _problem()
-    if problem is None:  # the checks agree now (an upstream changed meanwhile?): the engine's words
-        return f"{DISTRIBUTION} supports {supported} only: {error}"
-    return f"{DISTRIBUTION} supports {supported} only, but {problem}"
-
-
-def _problem() -> str | None:
-    """What the first failing check found, and its fix; ``None`` if none fails."""
-    for distribution in DISTRIBUTIONS:
-        try:
-            versions.check_version(distribution)
-        except UnsupportedUpstreamError:
-            version = versions.installed_version(distribution)
-            found = "is not installed" if version is None else f"{version} is installed"
-            return (
-                f"{distribution} {found}. To fix it, {_install(distribution)}; or set "
-                f"{ALLOW_UNSUPPORTED_VARIABLE}=1 to run with this version anyway (untested: a failure may be "
-                f"reported wrongly or not at all)."
-            )
-    for symbol in SYMBOLS:
-        try:
-            versions.check_symbol(symbol)
-        except UnsupportedUpstreamError:
-            version = versions.installed_version(symbol.distribution) or "(not installed)"
-            return (
-                f"{symbol.distribution} {version} has no {symbol.qualified_name}, which the plugin {symbol.why}. "
-                f"To fix it, {_install(symbol.distribution)}."
-            )
-    return None
-
-
-def _install(distribution: str) -> str:
-    return f"pip install '{distribution}{SUPPORTED[distribution]}'"
+    return flyte_internal_ctx()
 
 
 def report_file(output_path: str) -> str:
     """Where ``flyte.report.flush()`` writes the action's report: ``report.html`` under its outputs."""
-    check_flyte()
+    require(SYMBOLS)
     from flyte._internal.runtime.io import report_path
 
     return report_path(output_path)
@@ -143,7 +98,7 @@ def upload_error_document(error: BaseException, output_path: str, timeout_s: flo
     (``flyteplugins.rootcause.task``). Runs on the watchdog's sink thread, which has no event loop
     of its own.
     """
-    check_flyte()
+    require(SYMBOLS)
     from flyte._internal.runtime.convert import convert_from_native_to_error
     from flyte._internal.runtime.io import upload_error
 
@@ -165,7 +120,7 @@ def leave_outputs_to_rank_0(results: dict[int, Any]) -> Any:
     not 0, its workers ended. It returns its first rank's value (the same function, so the same
     type), which the runtime converts and does not upload.
     """
-    check_flyte()
+    require(SYMBOLS)
     from flyte.models import CLUSTERED_WORKER_ENV
 
     os.environ[CLUSTERED_WORKER_ENV] = "1"
