@@ -59,7 +59,7 @@ from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import job_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.launch_session import LaunchSession, LaunchSettings
-from rootcause_engine.upstream.readiness import Readiness, enter_all
+from rootcause_engine.upstream.readiness import PatchesNotApplied, Readiness, enter_all
 from rootcause_engine.worker.process_settings import (
     WorkerProcessSettings,
     agent_environment,
@@ -109,23 +109,32 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         readiness = task_readiness(self.task_config.restart_policy)
         if not readiness.diagnosis_on:
             return self._as_upstream(readiness, **kwargs)
+        try:
+            return self._observed_execute(readiness, **kwargs)
+        except PatchesNotApplied as failed:
+            return self._as_upstream(readiness.turned_off(failed.reason), **kwargs)
+
+    def _observed_execute(self, readiness: Readiness, **kwargs: Any) -> Any:
+        """kfpytorch's launch inside the engine's observers; raises :class:`PatchesNotApplied`
+        (before any worker starts) when applying them failed."""
         readiness.announce()
         publish_readiness_deck(readiness)
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
         launch = LaunchSession(self._launch_settings(readiness), error_of=root_cause_error)
         with contextlib.ExitStack() as session, contextlib.ExitStack() as patches:
             # a pod without rank 0 leaves only once rank 0's pod wrote outputs.pb (after the session)
-            failed = enter_all(session, (
-                rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s), launch
-            )) or enter_all(patches, (task_function_swapped(self, recording), launch.running()))
-            if failed is not None:
-                session.close()
-                return self._as_upstream(readiness.turned_off(failed), **kwargs)
+            rank_0_outputs = rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s)
+            enter_all(session, (rank_0_outputs, launch))
             try:
+                # a SIGTERM that came before the launch raises here, to be diagnosed below
+                enter_all(patches, (task_function_swapped(self, recording), launch.running()),
+                          passthrough=(SignalException,))
                 with patches.pop_all():
                     result = super()._execute(**kwargs)
                 publish_restarts_deck(launch.restarts())
                 return result
+            except PatchesNotApplied:
+                raise
             except (FlyteRecoverableException, FlyteUserRuntimeException) as exc:
                 child_failed = _child_failed_error(exc)
                 if child_failed is None:

@@ -28,7 +28,7 @@ from flytekitplugins_rootcause.upstream.flytekit_entrypoint import RunsPatchedEn
 from flytekitplugins_rootcause.upstream.kfpytorch import task_function_swapped
 from rootcause_engine.straggler.report import StragglerReport
 from rootcause_engine.straggler.settings import Action, StragglerCheck, StragglerConfigError, parse_nnodes
-from rootcause_engine.upstream.readiness import enter_all
+from rootcause_engine.upstream.readiness import PatchesNotApplied, enter_all
 
 
 @dataclass
@@ -92,11 +92,15 @@ class StragglerPrecheckFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunctio
         """
         check = functools.partial(run_precheck, self.task_config.check, self.task_config.nnodes)
         readiness = precheck_readiness()
-        with contextlib.ExitStack() as stack:
-            reason = readiness.off_reason or enter_all(stack, [task_function_swapped(self, check)])
-            if reason is None:
-                readiness.announce()
-                return super()._execute(**kwargs)
+        reason = readiness.off_reason
+        if reason is None:
+            try:
+                with contextlib.ExitStack() as stack:
+                    enter_all(stack, [task_function_swapped(self, check)])
+                    readiness.announce()
+                    return super()._execute(**kwargs)
+            except PatchesNotApplied as failed:
+                reason = failed.reason
         skipped = readiness.turned_off(reason)
         skipped.announce()
         return StragglerReport(skipped=skipped.note, action=Action(self.task_config.check.action).value)

@@ -77,7 +77,7 @@ from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, failure_sink
 from rootcause_engine.agent.launch_session import RENDEZVOUS_ENDPOINT_VARIABLE, LaunchSession, LaunchSettings
 from rootcause_engine.agent.peer_watch import PeerWatch
-from rootcause_engine.upstream.readiness import Readiness, enter_all
+from rootcause_engine.upstream.readiness import PatchesNotApplied, Readiness, enter_all
 from rootcause_engine.worker.process_settings import WorkerProcessSettings, agent_environment, before_user_function
 from rootcause_engine.worker.recorder import RecordingTaskFunction
 
@@ -116,7 +116,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         if readiness.diagnosis_on:
             try:
                 return await self._observed_execute(readiness, *args, **kwargs)
-            except _PatchesNotApplied as failed:
+            except PatchesNotApplied as failed:
                 readiness = readiness.turned_off(failed.reason)
         return await self._upstream_execute(readiness, *args, **kwargs)
 
@@ -132,7 +132,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                 await publish_readiness(readiness)
 
     async def _observed_execute(self, readiness: Readiness, *args: P.args, **kwargs: P.kwargs) -> R:
-        """The launch inside the engine's observers; raises :class:`_PatchesNotApplied` (before any
+        """The launch inside the engine's observers; raises :class:`PatchesNotApplied` (before any
         worker starts) when applying them failed."""
         readiness.announce()
         ctx = internal_ctx()
@@ -147,16 +147,18 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             )
             scratch_dir = tempfile.TemporaryDirectory(prefix="rootcause-straggler-")
             with contextlib.ExitStack() as session, scratch_dir as scratch:
+                enter_all(session, (launch,))
                 patches = contextlib.ExitStack()
-                failed = enter_all(session, (launch,)) or enter_all(patches, (launch.running(),))
-                if failed is not None:
-                    raise _PatchesNotApplied(failed)
                 straggler_file = os.path.join(scratch, "report.json")  # the check's report, from rank 0
                 try:
+                    # a SIGTERM that came before the launch raises here, to be diagnosed below
+                    enter_all(patches, (launch.running(),), passthrough=(SignalException,))
                     with patches:
                         out = elastic_launch(self._launch_config(), entrypoint=launcher_entrypoint)(
                             tctx, cloudpickle.dumps(self._recording(straggler_file)), kwargs
                         )
+                except PatchesNotApplied:
+                    raise
                 except ChildFailedError as exc:
                     diagnosis = launch.workers_failed(exc)
                     if diagnosis is None:
@@ -270,14 +272,6 @@ def _upload_last_resort(error: BaseException, output_path: str) -> None:
     deadline = Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S))
     error = error_to_write(error, output_path, deadline.remaining_s() / 2)
     call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
-
-
-class _PatchesNotApplied(Exception):
-    """Applying the launch's patches or observers failed (``reason``): upstream's launch runs instead."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask,

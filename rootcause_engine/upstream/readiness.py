@@ -5,7 +5,8 @@ verified ranges (:data:`.versions.VERIFIED`) only warns, and a missing internal,
 raises while it is applied, turns the diagnosis off: the task then runs exactly upstream's path.
 Each flavour asks :func:`check` once, up front in the pod's main process (and where the task is
 defined, to warn the user there), with every symbol of every seam its task will use; it applies
-its patches through :func:`enter_all`, which says why applying failed instead of raising.
+its patches through :func:`enter_all`, which raises :class:`PatchesNotApplied` with the reason when
+applying failed, for the caller to run upstream's path.
 
 Nothing here imports torch: the engine's symbols are collected on demand (:func:`engine_symbols`),
 so the flytekit entrypoint can check its own seam without loading torch.
@@ -126,19 +127,35 @@ def engine_seams(restart_policy: str = "hard") -> tuple[str, ...]:
     return tuple(f"{__package__}.{seam}" for seam in seams)
 
 
-def enter_all(stack: contextlib.ExitStack, contexts: Iterable[contextlib.AbstractContextManager[Any]]) -> str | None:
+class PatchesNotApplied(Exception):
+    """Applying a launch's patches or observers raised (``reason`` says what): the caller runs
+    upstream's path instead, since applying a patch must never fail the training."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def enter_all(
+    stack: contextlib.ExitStack,
+    contexts: Iterable[contextlib.AbstractContextManager[Any]],
+    passthrough: tuple[type[BaseException], ...] = (),
+) -> None:
     """Enter ``contexts`` (the patches and observers of a launch) on ``stack``, in order.
 
-    ``None`` when every one was entered. If one raises, whatever was entered is undone (``stack``
-    closed) and the reason is returned, for the caller to run upstream's path instead: applying a
-    patch must never fail the training. Only entering is guarded: what runs inside the block (the
-    training) raises as it does without the plugin.
+    If one raises, whatever was entered is undone (``stack`` closed) and :class:`PatchesNotApplied`
+    is raised with the reason. An exception of a ``passthrough`` type is the pod's own news, not a
+    broken patch (torch's ``SignalException`` when the kubelet stopped the pod before its launch):
+    it propagates as it is, to be diagnosed. Only entering is guarded: what runs inside the block
+    (the training) raises as it does without the plugin.
     """
     try:
         for context in contexts:
             stack.enter_context(context)
+    except passthrough:
+        stack.close()
+        raise
     except Exception as error:
         logger.warning("applying the root-cause patches failed", exc_info=True)
         stack.close()
-        return f"applying a patch raised {type(error).__name__}: {error}"
-    return None
+        raise PatchesNotApplied(f"applying a patch raised {type(error).__name__}: {error}") from error

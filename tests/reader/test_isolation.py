@@ -65,8 +65,9 @@ def test_no_module_names_flytekit_or_torch_in_an_import() -> None:
 
 def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencies(tmp_path: Path) -> None:
     """``distributions/backend-reader`` builds a wheel a backend service installs without flytekit or
-    torch: it holds exactly the repository's ``backend_reader`` and ``rootcause_core`` modules, and
-    declares a dependency for every third-party package they import."""
+    torch: it holds exactly the repository's ``backend_reader`` modules, requires ``rootcause-core``
+    (the shared vocabulary, its own distribution) and declares a dependency for every third-party
+    package they import."""
     root = PACKAGE_DIR.parent
     # Built from a copy (links followed, no build/ or egg-info): setuptools reuses a stale build/lib
     # in the source folder, which once shipped a module the repository no longer has.
@@ -83,7 +84,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
         metadata = archive.read(metadata_name).decode()
         entry_points = archive.read(metadata_name.replace("METADATA", "entry_points.txt")).decode()
     shipped = sorted(name for name in names if not name.split("/")[0].endswith(".dist-info"))
-    assert shipped == sorted(f"{path.parent.name}/{path.name}" for path in MODULE_FILES)
+    assert shipped == sorted(f"{path.parent.name}/{path.name}" for path in MODULE_FILES if path.parent == PACKAGE_DIR)
     assert "rootcause-reader = backend_reader.cli:main" in entry_points
 
     required = {
@@ -92,6 +93,7 @@ def test_the_reader_distribution_ships_backend_reader_alone_with_its_dependencie
         if line.startswith("Requires-Dist:")
     }
     assert not [name for name in required if forbidden(name.replace("-", "_"))]
+    assert "rootcause-core" in required
     distributions = importlib.metadata.packages_distributions()
     imported = {name.split(".")[0] for path in MODULE_FILES for name, level in imports_in(path) if not level}
     third_party = {name for name in imported if name in distributions and name not in OWN_PACKAGES}

@@ -22,7 +22,13 @@ import pytest
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.upstream import entrypoint_readiness, task_readiness
 from rootcause_engine.upstream import readiness, versions
-from rootcause_engine.upstream.readiness import Readiness, RootCauseUpstreamWarning, check, enter_all
+from rootcause_engine.upstream.readiness import (
+    PatchesNotApplied,
+    Readiness,
+    RootCauseUpstreamWarning,
+    check,
+    enter_all,
+)
 from rootcause_engine.upstream.versions import Symbol
 from rootcause_harness.faults import upstream_skew_env
 
@@ -113,12 +119,39 @@ def test_applying_stops_at_the_context_that_raises_and_undoes_the_others() -> No
         yield
 
     with contextlib.ExitStack() as stack:
-        assert enter_all(stack, (observer("a"), observer("b"))) is None and entered == ["a", "b"]
+        enter_all(stack, (observer("a"), observer("b")))
+        assert entered == ["a", "b"]
     assert entered == []
-    with contextlib.ExitStack() as stack:
-        reason = enter_all(stack, (observer("a"), raising(), observer("c")))
-        assert reason == "applying a patch raised AttributeError: no _rendezvous here"
-        assert entered == []  # what was applied is undone, the rest never applied
+    with contextlib.ExitStack() as stack, pytest.raises(PatchesNotApplied) as failed:
+        enter_all(stack, (observer("a"), raising(), observer("c")))
+    assert failed.value.reason == "applying a patch raised AttributeError: no _rendezvous here"
+    assert entered == []  # what was applied is undone, the rest never applied
+
+
+def test_the_pod_s_own_news_while_applying_is_not_a_broken_patch() -> None:
+    """A SIGTERM noted before the launch raises while the observers are entered: it propagates, to be
+    diagnosed as the pod's stop, and what was entered is undone."""
+
+    class Stopped(Exception):
+        pass
+
+    @contextlib.contextmanager
+    def applied() -> Iterator[None]:
+        entered.append("applied")
+        try:
+            yield
+        finally:
+            entered.remove("applied")
+
+    @contextlib.contextmanager
+    def stopped() -> Iterator[None]:
+        raise Stopped("Process 1 got signal: 15")
+        yield
+
+    entered: list[str] = []
+    with contextlib.ExitStack() as stack, pytest.raises(Stopped):
+        enter_all(stack, (applied(), stopped()), passthrough=(Stopped,))
+    assert entered == []
 
 
 def test_a_flytekit_task_defined_on_a_newer_torch_warns_and_is_defined(monkeypatch: pytest.MonkeyPatch) -> None:
