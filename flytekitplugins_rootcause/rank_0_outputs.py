@@ -21,6 +21,7 @@ from flytekit.core.data_persistence import FileAccessProvider
 
 from flytekitplugins_rootcause.exceptions import Rank0OutputsMissingError
 from rootcause_core.error_files import is_error_file_name
+from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_paths import base_name, join
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME, missing_outputs, wait_for_rank_0_outputs
@@ -67,7 +68,8 @@ def current_output_prefix() -> OutputPrefix | None:
 def await_rank_0_outputs(where: OutputPrefix, peers: PeerWatch, timeout_s: float) -> None:
     """Return once rank 0's outputs (or an error document) are under ``where``; raise
     :class:`Rank0OutputsMissingError` when neither came within ``timeout_s``."""
-    wait = wait_for_rank_0_outputs(where.outputs_written, where.error_written, timeout_s=timeout_s)
+    wait = wait_for_rank_0_outputs(where.outputs_written, where.error_written, timeout_s=timeout_s,
+                                   stopped_at=lambda: POD_STOP.received_monotonic)
     missing = missing_outputs(wait, output_prefix=where.prefix, worker=peers.worker, members=peers.members())
     if missing is not None:
         raise Rank0OutputsMissingError(missing)

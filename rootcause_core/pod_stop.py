@@ -37,6 +37,8 @@ class PodStopNotice:
 
     def __init__(self) -> None:
         self.received_ns: int | None = None
+        #: the first SIGTERM on this process's monotonic clock: the grace left is measured from it
+        self.received_monotonic: float | None = None
         self.count = 0
         self.on_first: Callable[[int], None] | None = None
         self.installed = False
@@ -50,6 +52,7 @@ class PodStopNotice:
         first = self.received_ns is None
         if first:
             self.received_ns = time.time_ns()
+            self.received_monotonic = time.monotonic()
         logger.warning("SIGTERM %d received (the pod is being stopped: preemption, drain, eviction or deletion)",
                        self.count)
         if first and self.on_first is not None:

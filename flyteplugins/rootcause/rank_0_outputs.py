@@ -15,6 +15,7 @@ import asyncio
 
 from flyteplugins.rootcause.action_outputs import ActionOutputs
 from flyteplugins.rootcause.exceptions import Rank0OutputsMissingError
+from rootcause_core.pod_stop import POD_STOP
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.rank_0_outputs import missing_outputs, wait_for_rank_0_outputs
 
@@ -27,7 +28,8 @@ async def await_rank_0_outputs(output_path: str, peers: PeerWatch, timeout_s: fl
     """
     where = ActionOutputs(output_path)
     wait = await asyncio.to_thread(
-        wait_for_rank_0_outputs, where.outputs_written, where.error_written, timeout_s=timeout_s
+        wait_for_rank_0_outputs, where.outputs_written, where.error_written, timeout_s=timeout_s,
+        stopped_at=lambda: POD_STOP.received_monotonic,
     )
     missing = missing_outputs(wait, output_prefix=output_path, worker=peers.worker, members=peers.members())
     if missing is not None:

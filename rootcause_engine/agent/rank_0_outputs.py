@@ -15,7 +15,9 @@ before it writes nothing, until one of these is in the task's output prefix:
 
 When neither comes within the bound (``rank_0_outputs_timeout_s``), rank 0's pod died or vanished
 after training, or its upload is stuck: the pod must not exit 0, or the job would read as
-succeeded with its outputs missing. The front-end raises a recoverable error
+succeeded with its outputs missing. A pod the kubelet stops meanwhile waits at most
+:data:`STOPPED_WAIT_S` more: the bound outlives the kubelet's 30 s grace, and a pod SIGKILLed at its
+end exits 137, which fails the whole job with nothing read. The front-end raises a recoverable error
 (:class:`MissingRank0Outputs` says what happened), so the pod writes an error document and
 Flyte retries.
 
@@ -51,6 +53,10 @@ POLL_INTERVAL_S = 0.2
 MAX_POLL_INTERVAL_S = 2.0
 _POLL_GROWTH = 1.5
 
+#: How long a pod stopped by its kubelet (SIGTERM) still waits: a third of the default 30 s grace,
+#: leaving the rest to write its document and exit 0 before the SIGKILL.
+STOPPED_WAIT_S = 10.0
+
 #: How rank 0's pod is named when this pod does not know it (the peers' membership was not read).
 UNKNOWN_RANK_0_POD = "the pod holding global rank 0"
 
@@ -72,6 +78,8 @@ class Rank0Wait:
     looks: int
     #: the last look that failed (a store error), summarized; ``None`` when every look was answered
     last_look_error: str | None = None
+    #: the wait was cut short because the kubelet stopped this pod (SIGTERM)
+    stopped: bool = False
 
 
 #: One look at the store: ``True`` when the file (or any file of the kind) is there.
@@ -83,6 +91,7 @@ def wait_for_rank_0_outputs(
     error_written: Look,
     *,
     timeout_s: float,
+    stopped_at: Callable[[], float | None] = lambda: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     poll_interval_s: float = POLL_INTERVAL_S,
@@ -94,7 +103,8 @@ def wait_for_rank_0_outputs(
     bound, so a pod never gives up on a file it did not look for last. A look that raises (a store
     that answered with an error, a network blip) counts as "not there yet": a transient store error
     must not turn a job that succeeded into a failure; if the bound passes, the last such error is
-    in the outcome for the message.
+    in the outcome for the message. ``stopped_at``: when the kubelet's SIGTERM came (on ``clock``),
+    ``None`` before; from then on the wait ends within :data:`STOPPED_WAIT_S`.
     """
     started = clock()
     looks = 0
@@ -110,10 +120,12 @@ def wait_for_rank_0_outputs(
                 continue
             if found:
                 return Rank0Wait(outcome, clock() - started, looks, last_error)
-        waited = clock() - started
-        if waited >= timeout_s:
-            return Rank0Wait(Rank0Outcome.NEITHER, waited, looks, last_error)
-        sleep(min(interval, timeout_s - waited))
+        now = clock()
+        stop = stopped_at()
+        deadline = started + timeout_s if stop is None else min(started + timeout_s, stop + STOPPED_WAIT_S)
+        if now >= deadline:
+            return Rank0Wait(Rank0Outcome.NEITHER, now - started, looks, last_error, stopped=stop is not None)
+        sleep(min(interval, deadline - now))
         interval = min(interval * _POLL_GROWTH, max_poll_interval_s)
 
 
@@ -154,6 +166,9 @@ class MissingRank0Outputs:
             "If rank 0's outputs take longer than that to write (a large value uploaded from its pod), raise "
             "rank_0_outputs_timeout_s.",
         ]
+        if self.wait.stopped:
+            lines[0] += (f" The kubelet stopped this pod (SIGTERM) while it waited: it stopped waiting "
+                         f"{STOPPED_WAIT_S:.0f} s later, to write this before the grace ends.")
         if self.wait.last_look_error is not None:
             lines.append(f"The store's last error while looking: {self.wait.last_look_error}")
         return "\n".join(lines)
