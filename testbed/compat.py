@@ -89,9 +89,10 @@ MATRIX: tuple[Cell, ...] = (
 )
 #: What a cell needs besides the plugin to run the seam's smoke tests (:func:`run_seam_tests`).
 TEST_TOOLS = ("pytest>=8", "pytest-timeout")
-#: The smoke tests of every upstream symbol the seams use: each exists, is what the plugin uses it as,
-#: and takes the arguments the plugin passes (run in each cell against this checkout's seams).
-SEAM_TESTS = "tests/upstream/test_seam.py"
+#: The smoke tests of every upstream symbol the seams use (each exists, is what the plugin uses it as,
+#: and takes the arguments the plugin passes), and of the Flyte 2 report page the plugin reads back
+#: (its template's private ids): run in each cell against this checkout's seams.
+SEAM_TESTS = ("tests/upstream/test_seam.py", "tests/flyte2/test_report_tabs.py")
 #: The two flavours and the demo each runs.
 DEMOS = {"flytekit": "rootcause-demo", "flyte2": "rootcause-demo-flyte2"}
 
@@ -254,6 +255,6 @@ def run_seam_tests(python: Path, timeout_s: float = 900) -> subprocess.Completed
     upstreams. Run from the checkout (the tests are not shipped), without the suite's conftest,
     whose fixtures start object stores these tests do not use."""
     return subprocess.run(
-        [str(python), "-m", "pytest", SEAM_TESTS, "--noconftest", "-q", "-p", "no:cacheprovider"],
+        [str(python), "-m", "pytest", *SEAM_TESTS, "--noconftest", "-q", "-p", "no:cacheprovider"],
         capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=_clean_environment(), check=False,
     )

@@ -26,7 +26,7 @@ def main() -> None:
     readiness.announce()
     if not readiness.diagnosis_on:
         POD_STOP.release()  # flyte's a0 as it is: the task runs as upstream's too
-    run_flyte_runtime()
+    run_flyte_runtime(readiness.diagnosis_on)
 
 
 if __name__ == "__main__":

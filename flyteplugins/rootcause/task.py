@@ -64,11 +64,12 @@ from flyteplugins.rootcause.upstream import (
     in_pod_main_process,
     internal_ctx,
     leave_outputs_to_rank_0,
+    note_error_document_written,
     run_by_rootcause_runtime,
     upload_error_document,
 )
 from rootcause_core.pod_stop import POD_STOP
-from rootcause_core.store_retry import Deadline, call_with_retries, deadline_inside
+from rootcause_core.store_retry import Deadline, GaveUp, call_with_retries, deadline_inside
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.agreement import job_report
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport
@@ -256,6 +257,9 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
         own = _job_error(diagnosis, launch.peers, self, launch.settings.notes)
         logger.error("Root cause of the elastic launch failure (this pod's view):\n%s", diagnosis.report)
         error = await asyncio.to_thread(error_to_write, own, output_path, self.plugin_config.root_cause_wait_s)
+        # written here, retried within a deadline; the runtime then leaves it (run_flyte_runtime)
+        deadline = Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S))
+        await asyncio.to_thread(_write_error_document, error, output_path, deadline)
         agreed = getattr(error, "agreed", None)
         if isinstance(agreed, AgreedReport) and self.report:
             self._add_straggler_tab(straggler_file)
@@ -272,6 +276,20 @@ def _upload_last_resort(error: BaseException, output_path: str) -> None:
     deadline = Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S))
     error = error_to_write(error, output_path, deadline.remaining_s() / 2)
     call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
+
+
+def _write_error_document(error: BaseException, output_path: str, deadline: Deadline) -> bool:
+    """``error``'s ``error.pb``, as the runtime writes it, retried while the store answers "not now" and
+    within ``deadline`` (the pod's document must be there at the training operator's decision, and a
+    preempted pod has 30 s): ``True`` once written, and the runtime's own write is skipped; ``False``
+    (logged) when every try failed, and the runtime tries once more after the task raised."""
+    try:
+        call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)
+    except GaveUp as gave_up:
+        logger.warning("this pod's error.pb could not be written (%s): the runtime tries once more", gave_up)
+        return False
+    note_error_document_written(output_path)
+    return True
 
 
 def _job_error(diagnosis: Diagnosis, peers: PeerWatch, task: RootCauseTorchFunctionTask,

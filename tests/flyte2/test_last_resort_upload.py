@@ -8,6 +8,7 @@ before the failure sink would abandon the writer.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import obstore.exceptions
@@ -17,7 +18,7 @@ from flyteidl2.core import execution_pb2
 from flyteplugins.rootcause import task
 from flyteplugins.rootcause.exceptions import root_cause_error
 from flyteplugins.rootcause.upstream import upload_error_document
-from rootcause_core.store_retry import GaveUp, deadline_inside
+from rootcause_core.store_retry import Deadline, GaveUp, deadline_inside
 from rootcause_engine.agent.diagnosis.agreed import PodWord, agreed_report
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S
 from tests.flyte2.test_agreed_report import ROOT
@@ -69,3 +70,44 @@ def test_one_bounded_try_writes_the_document_an_unbounded_one_writes(tmp_path: P
     document = execution_pb2.ErrorDocument.FromString((bounded / "error.pb").read_bytes()).error
     expected = written(_error(), unbounded)
     assert (document.code, document.kind, document.message) == (expected.code, expected.kind, expected.message)
+
+
+def test_the_task_s_own_error_pb_is_retried_and_the_runtime_then_leaves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The normal road (a failed launch, not the watchdog): the task writes ``error.pb`` itself under
+    the same policy, and a0's own upload of it (one try, no deadline) is skipped for that prefix only."""
+    from flyte._internal.runtime import taskrunner
+
+    from flyteplugins.rootcause import upstream
+
+    bounds = _flaky_upload(monkeypatch, [UNAVAILABLE])
+    assert task._write_error_document(_error(), str(tmp_path), Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S)))
+    assert (tmp_path / "error.pb").exists() and len(bounds) == 2
+
+    runtime_writes: list[str] = []
+
+    async def runtime_upload(err: object, output_prefix: str, recoverable: bool = True) -> str:
+        runtime_writes.append(output_prefix)
+        return f"{output_prefix}/error.pb"
+
+    def a0() -> None:  # what a0 does after the task raised: upload the error, for each prefix here
+        for prefix in (str(tmp_path), str(tmp_path / "another-action")):
+            assert asyncio.run(taskrunner.upload_error(object(), prefix)) == f"{prefix}/error.pb"
+
+    monkeypatch.setattr(taskrunner, "upload_error", runtime_upload)
+    monkeypatch.setattr("flyte._bin.runtime.main", a0)
+    upstream.run_flyte_runtime()
+    assert runtime_writes == [str(tmp_path / "another-action")]
+    assert taskrunner.upload_error is runtime_upload  # given back after a0
+
+
+def test_a_task_s_error_pb_the_store_refuses_is_left_to_the_runtime(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = _flaky_upload(monkeypatch, [obstore.exceptions.PermissionDeniedError("denied")])
+    prefix = str(tmp_path / "refused")
+    assert not task._write_error_document(_error(), prefix, Deadline(deadline_inside(DEFAULT_SINK_TIMEOUT_S)))
+    assert len(bounds) == 1
+    from flyteplugins.rootcause.upstream import _ERROR_DOCUMENTS_WRITTEN
+
+    assert prefix not in _ERROR_DOCUMENTS_WRITTEN

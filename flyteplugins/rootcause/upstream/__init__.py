@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any
 
+from rootcause_engine.upstream.patching import patched
 from rootcause_engine.upstream.readiness import Readiness, check, engine_seams
 from rootcause_engine.upstream.versions import Symbol, require
 
@@ -37,6 +38,10 @@ SYMBOLS: tuple[Symbol, ...] = (
            "skips the outputs.pb and error.pb of a nonzero-rank worker"),
     Symbol("flyte", "flyte._internal.runtime.io", "report_path",
            "reads back to keep the report tabs that rank 0's workers flushed"),
+    Symbol("flyte", "flyte._internal.runtime.io", "error_path", "names the error.pb this pod wrote itself"),
+    Symbol("flyte", "flyte._internal.runtime.taskrunner", "upload_error",
+           "replaces while a0 runs: an error.pb this pod already wrote (retried, within a deadline) is not "
+           "written again without either"),
 )
 
 #: The console script of flyte's runtime, the main process of every pod of a Flyte 2 action.
@@ -138,8 +143,37 @@ def run_by_rootcause_runtime(args: list[str]) -> list[str]:
     return [ROOTCAUSE_RUNTIME_SCRIPT, *args[1:]] if args[:1] == [RUNTIME_SCRIPT] else list(args)
 
 
-def run_flyte_runtime() -> None:
-    """Run flyte's ``a0`` command in this process, on this process's command line (click parses it)."""
+#: The output prefixes whose ``error.pb`` this process wrote itself (:func:`note_error_document_written`).
+_ERROR_DOCUMENTS_WRITTEN: set[str] = set()
+
+
+def note_error_document_written(output_path: str) -> None:
+    """This pod wrote ``<output_path>/error.pb`` itself, retried within a deadline: the runtime's own
+    upload of the same document, one try with no deadline, is skipped (:func:`run_flyte_runtime`)."""
+    _ERROR_DOCUMENTS_WRITTEN.add(output_path)
+
+
+def run_flyte_runtime(diagnosis_on: bool = True) -> None:
+    """Run flyte's ``a0`` command in this process, on this process's command line (click parses it).
+
+    With the diagnosis on, the runtime's ``upload_error`` leaves alone an ``error.pb`` this pod wrote
+    itself: the task writes its error with retries and a deadline (``flyteplugins.rootcause.task``),
+    and a store that stalls on the runtime's second write must not hold the pod past its decision.
+    """
     from flyte._bin.runtime import main
 
-    main()
+    if not diagnosis_on:
+        main()
+        return
+    from flyte._internal.runtime import taskrunner
+    from flyte._internal.runtime.io import error_path
+
+    upload_error = taskrunner.upload_error
+
+    async def upload_unless_written(err: Any, output_prefix: str, recoverable: bool = True) -> str:
+        if output_prefix in _ERROR_DOCUMENTS_WRITTEN:
+            return error_path(output_prefix)
+        return await upload_error(err, output_prefix, recoverable=recoverable)
+
+    with patched(taskrunner, upload_error=upload_unless_written):
+        main()
