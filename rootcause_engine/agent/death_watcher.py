@@ -9,6 +9,15 @@ torch's own bookkeeping is untouched.
 
 Where ``os.pidfd_open`` is missing (non-Linux, kernels before 5.3) it falls back to polling
 ``waitid(WNOHANG | WNOWAIT)`` every ``fallback_poll_s``; times are then that coarse.
+
+A process is known by its pid, its start time (``/proc/<pid>/stat`` field 22) and the launch attempt
+it belongs to, never by its pid alone: a restarted attempt's worker may get the pid of a dead worker
+of the attempt before (pids wrap), and must not inherit that worker's exit. The start time alone
+cannot tell two processes started in one clock tick (10 ms) apart; the attempt can.
+
+Each exit carries two stamps: ``exit_ns`` (wall clock: what the report says, and what is compared
+with the workers' own records) and ``exit_mono_ns`` (monotonic: what every deadline in this process
+is measured from, so that a wall-clock step cannot move one).
 """
 
 from __future__ import annotations
@@ -30,16 +39,45 @@ _CLD_EXITED = getattr(os, "CLD_EXITED", 1)
 
 @dataclasses.dataclass(frozen=True)
 class ProcessExit:
-    """How and when one process ended. ``exitcode``/``signal_number`` are ``None`` when unknown."""
+    """How and when one process ended. ``exitcode``/``signal_number`` are ``None`` when unknown.
+
+    ``started``: the process's start time (:func:`start_ticks`) and ``attempt``: its launch attempt,
+    which tell it from a later process with the same pid; ``exit_mono_ns``: the same moment as
+    ``exit_ns`` on the monotonic clock (for deadlines), or later, never earlier.
+    """
 
     pid: int
     exit_ns: int
     exitcode: int | None
     signal_number: int | None
+    started: int | None = None
+    attempt: int | None = None
+    exit_mono_ns: int | None = dataclasses.field(default=None, compare=False)
 
 
-def _read_status(pid: int) -> tuple[int | None, int | None]:
-    """(exit code, signal) of an exited child without reaping it; (None, None) if already reaped."""
+#: A process: (pid, start time, attempt); the start time is ``None`` where ``/proc`` could not tell
+#: it, the attempt where the caller gave none.
+ProcessKey = tuple[int, "int | None", "int | None"]
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22); ``None`` when
+    there is no such process (reaped) or no ``/proc``. A zombie still has it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+        # field 2 (the command) may hold spaces and parentheses: count from the last ")", field 3 on
+        return int(text.rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _read_status(key: ProcessKey) -> tuple[int | None, int | None]:
+    """(exit code, signal) of an exited child without reaping it; (None, None) if already reaped, or
+    if its pid now names another process (whose status is not this one's)."""
+    pid, started, _ = key
+    if start_ticks(pid) != started:
+        return None, None
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except (ChildProcessError, OSError):
@@ -59,6 +97,13 @@ def _still_running(pid: int) -> bool | None:
         return None
 
 
+def _is_running(key: ProcessKey) -> bool:
+    """Whether the process ``key`` names still runs: its pid names a process with its start time,
+    and that process has not exited (a pid reused by another process says nothing of this one)."""
+    pid, started, _ = key
+    return start_ticks(pid) == started and _still_running(pid) is True
+
+
 class DeathWatcher:
     """Watches child processes from a background thread; use as a context manager."""
 
@@ -66,9 +111,10 @@ class DeathWatcher:
         self._use_pidfd = hasattr(os, "pidfd_open") if use_pidfd is None else use_pidfd
         self._fallback_poll_s = fallback_poll_s
         self._lock = threading.Lock()
-        self._exits: dict[int, ProcessExit] = {}
-        self._pending: list[int] = []
-        self._watched: set[int] = set()
+        self._exits: dict[ProcessKey, ProcessExit] = {}
+        self._pending: list[ProcessKey] = []
+        self._watched: set[ProcessKey] = set()
+        self._keys_of: dict[int, list[ProcessKey]] = {}  # pid -> the processes known with it, oldest first
         self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,39 +165,46 @@ class DeathWatcher:
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=5)
 
-    def watch(self, pid: int) -> None:
-        """Start watching ``pid`` (a child of this process)."""
+    def watch(self, pid: int, started: int | None = None, attempt: int | None = None) -> int | None:
+        """Start watching ``pid`` (a child of this process) of launch ``attempt``; returns its start time
+        (``started`` when given). A later process with the same pid is watched afresh: it is another one."""
+        key = (pid, started if started is not None else start_ticks(pid), attempt)
         with self._lock:
-            if pid in self._watched:
-                return
-            self._watched.add(pid)
-            self._pending.append(pid)
+            if key in self._watched:
+                return key[1]
+            self._watched.add(key)
+            self._keys_of.setdefault(pid, []).append(key)
+            self._pending.append(key)
         os.write(self._wake_write, b"x")
+        return key[1]
 
-    def exits(self) -> dict[int, ProcessExit]:
-        """Exits seen so far, by pid."""
+    def exits(self) -> dict[ProcessKey, ProcessExit]:
+        """Exits seen so far, by (pid, start time, attempt)."""
         with self._lock:
             return dict(self._exits)
 
-    def exit_of(self, pid: int) -> ProcessExit | None:
+    def exit_of(self, pid: int, started: int | None = None, attempt: int | None = None) -> ProcessExit | None:
+        """The exit of the last process known with ``pid`` that has the ``started`` and ``attempt`` given
+        (never an earlier process's, whose pid it reused)."""
         with self._lock:
-            return self._exits.get(pid)
+            return self._exits.get(self._key(pid, started, attempt))
 
-    def confirm_exit(self, pid: int) -> ProcessExit | None:
-        """Ask the kernel now, from the caller's thread, whether ``pid`` has exited; record it if so.
+    def confirm_exit(self, pid: int, started: int | None = None, attempt: int | None = None) -> ProcessExit | None:
+        """Ask the kernel now, from the caller's thread, whether the process has exited; record it if so.
 
         The watcher thread is the precise source, but the agent watchdog must not depend on it
         alone (a thread starved of CPU, or one that stopped on an error, would blind it). A child
         that exited is recorded now with its status; one that is no longer our child at all was
-        already reaped by torch, and is recorded as exited with an unknown status.
+        already reaped by torch, and is recorded as exited with an unknown status, as is one whose
+        pid now names another process. Which process: as for :meth:`exit_of`.
         """
-        known = self.exit_of(pid)
-        if known is not None:
-            return known
-        running = _still_running(pid)
-        if running is False or running is None:
-            self._record(pid, time.time_ns())
-        return self.exit_of(pid)
+        with self._lock:
+            key = self._key(pid, started, attempt)
+            known = self._exits.get(key)
+        if known is None and not _is_running(key):
+            self._record(key, time.time_ns(), time.monotonic_ns())
+        with self._lock:
+            return self._exits.get(key)
 
     def note_ended(self, pid: int, seen_ns: int, *, status_wait_s: float = 0.5) -> ProcessExit:
         """Record that ``pid`` had ended by ``seen_ns``: its ``multiprocessing`` sentinel was ready then.
@@ -163,15 +216,28 @@ class DeathWatcher:
         came after the agent had begun teardown, and the worker that failed first was counted
         among the victims). The status is waited for up to ``status_wait_s`` (the process is in
         its last steps of exiting) and left unknown after that; an earlier record keeps its status
-        and the earlier time.
+        and the earlier time. The monotonic stamp is this call's: converted from ``seen_ns`` it
+        would move with a wall-clock step.
         """
+        mono_ns = time.monotonic_ns()
+        with self._lock:
+            key = self._key(pid, None, None)
         deadline = time.monotonic() + status_wait_s
         while _still_running(pid) is True and time.monotonic() < deadline:
             time.sleep(0.001)
-        self._record(pid, seen_ns)
-        exit_ = self.exit_of(pid)
+        self._record(key, seen_ns, mono_ns)
+        with self._lock:
+            exit_ = self._exits.get(key)
         assert exit_ is not None
         return exit_
+
+    def _key(self, pid: int, started: int | None, attempt: int | None) -> ProcessKey:
+        """The last process known with ``pid`` that matches the fields given; for a pid never watched,
+        the process that has it now (lock held)."""
+        for key in reversed(self._keys_of.get(pid, ())):
+            if started in (None, key[1]) and attempt in (None, key[2]):
+                return key
+        return (pid, started if started is not None else start_ticks(pid), attempt)
 
     def close(self) -> None:
         """Stop the thread and release its file descriptors (idempotent)."""
@@ -183,31 +249,36 @@ class DeathWatcher:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def _record(self, pid: int, exit_ns: int) -> None:
-        """Record ``pid``'s exit at ``exit_ns``, or move an earlier record's time back to it.
+    def _record(self, key: ProcessKey, exit_ns: int, exit_mono_ns: int) -> None:
+        """Record the exit of process ``key`` at ``exit_ns`` (wall) / ``exit_mono_ns`` (monotonic), or
+        move an earlier record's times back to them.
 
         Several observers may see one exit (the watcher thread, the agent's join, the watchdog);
         each stamps when *it* saw it, so the earliest stamp is the closest to the death. A status
         once known is kept.
         """
-        exitcode, signal_number = _read_status(pid)
+        exitcode, signal_number = _read_status(key)
         with self._lock:
-            known = self._exits.get(pid)
+            known = self._exits.get(key)
             if known is not None:
                 exit_ns = min(exit_ns, known.exit_ns)
+                if known.exit_mono_ns is not None:
+                    exit_mono_ns = min(exit_mono_ns, known.exit_mono_ns)
                 if known.exitcode is not None or known.signal_number is not None:
                     exitcode, signal_number = known.exitcode, known.signal_number
-            self._exits[pid] = ProcessExit(pid, exit_ns, exitcode, signal_number)
+            self._exits[key] = ProcessExit(key[0], exit_ns, exitcode, signal_number, key[1], key[2], exit_mono_ns)
+            if key not in self._keys_of.setdefault(key[0], []):
+                self._keys_of[key[0]].append(key)
 
-    def _take_pending(self) -> list[int]:
+    def _take_pending(self) -> list[ProcessKey]:
         with self._lock:
             pending, self._pending = self._pending, []
         return pending
 
-    def _requeue(self, pids: list[int]) -> None:
-        """Hand pids a stopping thread still watched to the next one (those not recorded yet)."""
+    def _requeue(self, keys: list[ProcessKey]) -> None:
+        """Hand processes a stopping thread still watched to the next one (those not recorded yet)."""
         with self._lock:
-            self._pending.extend(pid for pid in pids if pid not in self._exits)
+            self._pending.extend(key for key in keys if key not in self._exits)
 
     def _run(self, stop: threading.Event) -> None:
         try:
@@ -221,43 +292,47 @@ class DeathWatcher:
     def _run_pidfd(self, stop: threading.Event) -> None:
         poller = select.poll()
         poller.register(self._wake_read, select.POLLIN)
-        fd_to_pid: dict[int, int] = {}
+        fd_to_key: dict[int, ProcessKey] = {}
         try:
             while not stop.is_set():
-                for pid in self._take_pending():
+                for key in self._take_pending():
                     try:
-                        fd = os.pidfd_open(pid)
+                        fd = os.pidfd_open(key[0])
                     except ProcessLookupError:
-                        self._record(pid, time.time_ns())  # gone before we looked: best we know
+                        fd = None
+                    if fd is not None and start_ticks(key[0]) != key[1]:
+                        os.close(fd)  # the pid names another process now: this one is gone
+                        fd = None
+                    if fd is None:
+                        self._record(key, time.time_ns(), time.monotonic_ns())  # gone before we looked
                         continue
-                    fd_to_pid[fd] = pid
+                    fd_to_key[fd] = key
                     poller.register(fd, select.POLLIN)
                 events = poller.poll()
-                now_ns = time.time_ns()
+                now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
                 for fd, _ in events:
                     if fd == self._wake_read:
                         os.read(self._wake_read, 4096)
                         continue
-                    pid = fd_to_pid.pop(fd)
+                    key = fd_to_key.pop(fd)
                     poller.unregister(fd)
                     os.close(fd)
-                    self._record(pid, now_ns)
+                    self._record(key, now_ns, now_mono_ns)
         finally:
-            for fd in fd_to_pid:
+            for fd in fd_to_key:
                 os.close(fd)
-            self._requeue(list(fd_to_pid.values()))
+            self._requeue(list(fd_to_key.values()))
 
     def _run_polling(self, stop: threading.Event) -> None:
-        live: set[int] = set()
+        live: set[ProcessKey] = set()
         try:
             while not stop.is_set():
                 live.update(self._take_pending())
-                now_ns = time.time_ns()
-                for pid in list(live):
-                    running = _still_running(pid)
-                    if running is False or running is None:
-                        live.discard(pid)
-                        self._record(pid, now_ns)
+                now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
+                for key in list(live):
+                    if not _is_running(key):
+                        live.discard(key)
+                        self._record(key, now_ns, now_mono_ns)
                 stop.wait(self._fallback_poll_s)
         finally:
-            self._requeue(sorted(live))
+            self._requeue(sorted(live, key=lambda key: (key[0], key[1] or 0, key[2] or 0)))

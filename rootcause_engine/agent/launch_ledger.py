@@ -10,6 +10,10 @@ all of them; the first stamp of a moment wins.
 Every exit the kernel already reports is recorded before a teardown moment is stamped (the death
 watcher's ``confirm_exit``): a worker that died before that moment must not look like a victim
 because the watcher thread had not yet had the CPU to stamp it.
+
+Clocks: the teardown moments are wall clock (they are compared with the times the workers record
+themselves, and reported); the phases' moments are monotonic (only this process's watchdog measures
+deadlines from them, and a wall-clock step must not move a deadline).
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from rootcause_engine.agent.death_watcher import DeathWatcher
 
 @dataclasses.dataclass(frozen=True)
 class LaunchedWorker:
-    """One worker process of one attempt, as torch's agent configured it."""
+    """One worker process of one attempt, as torch's agent configured it.
+
+    ``started``: its start time (``death_watcher.start_ticks``), filled in by :meth:`LaunchLedger.add_worker`:
+    with the attempt and the pid it names this process, not a later one that reused the pid.
+    """
 
     attempt: int
     local_rank: int
@@ -31,6 +39,12 @@ class LaunchedWorker:
     group_rank: int | None
     pid: int
     error_file: str
+    started: int | None = None
+
+    @property
+    def process(self) -> tuple[int, int | None, int]:
+        """(pid, start time, attempt): this process for the death watcher, never a later one with its pid."""
+        return self.pid, self.started, self.attempt
 
 
 class LaunchLedger:
@@ -50,8 +64,8 @@ class LaunchLedger:
     # --- workers -------------------------------------------------------------------------------
 
     def add_worker(self, worker: LaunchedWorker) -> None:
-        """Watch one worker process of an attempt (the watcher learns its pid)."""
-        self.watcher.watch(worker.pid)
+        """Watch one worker process of an attempt (the watcher learns its pid and start time)."""
+        worker = dataclasses.replace(worker, started=self.watcher.watch(*worker.process))
         with self._lock:
             self._workers.append(worker)
 
@@ -104,7 +118,7 @@ class LaunchLedger:
     def _stamp_after_known_exits(self, stamps: dict[int, int], attempt: int) -> int:
         """Record every exit the kernel reports for ``attempt``, then stamp now in ``stamps`` (first wins)."""
         for worker in self.workers_of(attempt):
-            self.watcher.confirm_exit(worker.pid)
+            self.watcher.confirm_exit(*worker.process)
         with self._lock:
             return stamps.setdefault(attempt, time.time_ns())
 
@@ -112,29 +126,29 @@ class LaunchLedger:
 
     @property
     def rendezvous_since_ns(self) -> int | None:
-        """When the agent entered the rendezvous it is in now; ``None`` outside a rendezvous."""
+        """When the agent entered the rendezvous it is in now (monotonic); ``None`` outside a rendezvous."""
         with self._lock:
             return self._rendezvous_since_ns
 
     def on_rendezvous(self, entered: bool) -> None:
         with self._lock:
-            self._rendezvous_since_ns = time.time_ns() if entered else None
+            self._rendezvous_since_ns = time.monotonic_ns() if entered else None
 
     @property
     def exit_barrier_since_ns(self) -> int | None:
-        """When the agent entered torch's exit barrier (waiting for other pods); ``None`` outside it."""
+        """When the agent entered torch's exit barrier (waiting for other pods; monotonic); ``None`` outside it."""
         with self._lock:
             return self._exit_barrier_since_ns
 
     @property
     def exit_barrier_left_ns(self) -> int | None:
-        """When the agent last left torch's exit barrier; ``None`` if it never did."""
+        """When the agent last left torch's exit barrier (monotonic); ``None`` if it never did."""
         with self._lock:
             return self._exit_barrier_left_ns
 
     def on_exit_barrier(self, entered: bool) -> None:
         with self._lock:
-            now = time.time_ns()
+            now = time.monotonic_ns()
             if entered:
                 self._exit_barrier_since_ns = now
             else:

@@ -150,7 +150,7 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
     detections = detections_by_rank(child_failed)
     workers = []
     for launched in ledger.workers_of(attempt):
-        exit_ = observer.watcher.confirm_exit(launched.pid) if ask_kernel else ends.exit_of(launched)
+        exit_ = observer.watcher.confirm_exit(*launched.process) if ask_kernel else ends.exit_of(launched)
         # torch's handle polls (and so reaps) its process: asked only for an exit the watcher saw
         # without a status, or, after a teardown, for a worker the watcher never saw end
         read_handle = exit_.exitcode is None if exit_ is not None else not ask_kernel

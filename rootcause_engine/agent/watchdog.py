@@ -22,6 +22,8 @@ nothing that blocks) and decides, with the pure :func:`hang_deadline_ns`, whethe
 
 What it knows of the workers comes from the death watcher, confirmed by asking the kernel directly
 on every look (so a starved or stopped watcher thread cannot blind it), never from torch's state.
+Every moment it measures a deadline from is monotonic: a wall-clock step (NTP, a VM resumed) must
+neither fire it early nor hold it back.
 
 When it fires it notes teardown, ends any surviving worker (SIGTERM, grace, SIGKILL: they become
 victims), takes the launch record and runs the one diagnosis pipeline on it, peers included, as
@@ -51,8 +53,9 @@ from rootcause_core.timestamps import from_seconds
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, PeerTestimony, Trigger, agent_hung, diagnose
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_last_resort
+from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
-from rootcause_engine.agent.launch_record import record_launch
+from rootcause_engine.agent.launch_record import WorkerRecord, record_launch
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +112,7 @@ def watchdog_settings(config: Any) -> WatchdogSettings | None:
 
 @dataclasses.dataclass(frozen=True)
 class AgentSnapshot:
-    """What the watchdog knows about the last attempt at one moment (all times in ns)."""
+    """What the watchdog knows about the last attempt at one moment (all times monotonic ns, this process's)."""
 
     now_ns: int
     workers: int
@@ -144,17 +147,31 @@ def is_hung(snapshot: AgentSnapshot, settings: WatchdogSettings) -> bool:
     return deadline is not None and snapshot.now_ns >= deadline
 
 
-def take_snapshot(observer: LaunchObserver, now_ns: int | None = None) -> AgentSnapshot:
+def take_snapshot(
+    observer: LaunchObserver, now_ns: int | None = None, *, failures_seen: dict[LaunchedWorker, int] | None = None
+) -> AgentSnapshot:
     """Read the launch record with every exit confirmed by the kernel (never torch's monitor state,
-    which a hung agent may hold); whether a worker failed, and when, is the record's answer."""
-    now = time.time_ns() if now_ns is None else now_ns
+    which a hung agent may hold); whether a worker failed is the record's answer.
+
+    When, is the monotonic clock's: an exit's own monotonic stamp, else (a worker that recorded its
+    failure and has not exited) the first look that saw it failed, kept in ``failures_seen`` across
+    looks. Never the worker's recorded wall-clock time: a step since would move the deadline.
+    """
+    now = time.monotonic_ns() if now_ns is None else now_ns
+    seen = {} if failures_seen is None else failures_seen
     record = record_launch(observer, ask_kernel=True)
-    exits = record.exits_ns
+
+    def known_since(worker: WorkerRecord) -> int:
+        if worker.exit is not None and worker.exit.exit_mono_ns is not None:
+            return worker.exit.exit_mono_ns
+        return seen.setdefault(worker.launched, now)
+
+    exits = [known_since(worker) for worker in record.workers if worker.exit is not None]
     return AgentSnapshot(
         now_ns=now,
         workers=len(record.workers),
         exited=len(exits),
-        first_failure_ns=record.first_failure_ns,
+        first_failure_ns=min((known_since(worker) for worker in record.failed_workers), default=None),
         last_exit_ns=max(exits, default=None),
         rendezvous_since_ns=observer.ledger.rendezvous_since_ns,
         exit_barrier_since_ns=observer.ledger.exit_barrier_since_ns,
@@ -202,6 +219,7 @@ class AgentWatchdog:
         self._exit_process = exit_process
         self._stop = threading.Event()
         self._expedited: tuple[float, str, Trigger] | None = None  # (monotonic deadline, why, trigger)
+        self._failures_seen: dict[LaunchedWorker, int] = {}  # take_snapshot's memory across looks
         self._thread = threading.Thread(target=self._run, name="rootcause-agent-watchdog", daemon=True)
 
     def __enter__(self) -> AgentWatchdog:
@@ -222,7 +240,7 @@ class AgentWatchdog:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.settings.interval_s):
-                snapshot = take_snapshot(self.observer)
+                snapshot = take_snapshot(self.observer, failures_seen=self._failures_seen)
                 expedited = self._expedited
                 due = expedited is not None and time.monotonic() >= expedited[0]
                 if (due or is_hung(snapshot, self.settings)) and not self._stop.is_set():

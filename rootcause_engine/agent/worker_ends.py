@@ -38,7 +38,8 @@ class WorkerEnds:
             return self._contexts.get(attempt)
 
     def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
-        return self.watcher.exit_of(worker.pid)
+        """The exit of this very process, not of a later one that reused its pid."""
+        return self.watcher.exit_of(*worker.process)
 
     def results_delivered(self, attempt: int) -> bool | None:
         """Whether torch has collected every worker's return value in ``attempt`` (function launches).

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
+from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit, start_ticks
 
 #: Only a safety net against a watcher that never reports: a working one reports far sooner.
 NEVER_S = 120.0
@@ -177,7 +177,7 @@ def test_an_exit_seen_earlier_by_another_observer_keeps_the_earlier_time_and_the
         from_watcher = _wait_for_exit(watcher, proc.pid)
         assert from_watcher.exit_ns > seen_ns  # the watcher stamps when it woke, after the death
         noted = watcher.note_ended(proc.pid, seen_ns)
-        assert noted == ProcessExit(proc.pid, seen_ns, 7, None)
+        assert noted == ProcessExit(proc.pid, seen_ns, 7, None, from_watcher.started)
         assert watcher.exit_of(proc.pid) == noted
         watcher.note_ended(proc.pid, from_watcher.exit_ns)  # a later sighting moves nothing
         assert watcher.exit_of(proc.pid) == noted
@@ -193,7 +193,7 @@ def test_note_ended_waits_for_the_status_of_a_process_still_exiting() -> None:
         seen_ns = time.time_ns()
         _tell_to_exit(proc, 5)
         noted = watcher.note_ended(proc.pid, seen_ns, status_wait_s=NEVER_S)
-        assert noted == ProcessExit(proc.pid, seen_ns, 5, None)
+        assert noted == ProcessExit(proc.pid, seen_ns, 5, None, start_ticks(proc.pid))
     finally:
         watcher.close()
         proc.wait()

@@ -46,7 +46,7 @@ def test_the_rendezvous_and_exit_barrier_phases_are_noted_as_the_watchdog_reads_
     try:
         ledger = LaunchLedger(watcher)
         assert ledger.rendezvous_since_ns is None and ledger.exit_barrier_since_ns is None
-        before = time.time_ns()
+        before = time.monotonic_ns()  # the watchdog's deadlines are monotonic: a wall-clock step moves none
         ledger.on_rendezvous(True)
         since = ledger.rendezvous_since_ns
         assert since is not None and since >= before
