@@ -85,7 +85,7 @@ class WorkerTeardown:
             for worker in self.ledger.workers_of(attempt)
             if worker.pid not in answered
             and not (worker.error_file and os.path.exists(worker.error_file))
-            and self.ledger.watcher.confirm_exit(worker.pid) is None
+            and self.ledger.watcher.confirm_exit(*worker.process) is None
         ]
         if not live:
             return
@@ -104,7 +104,7 @@ class WorkerTeardown:
                 if is_victim_message(recorded.message):  # a collective timeout is one too
                     return True
                 continue
-            exit_ = self.ledger.watcher.exit_of(worker.pid)
+            exit_ = self.ledger.watcher.exit_of(*worker.process)
             if exit_ is not None and exit_.signal_number == signal.SIGABRT:
                 return True
         return False
