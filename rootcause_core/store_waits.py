@@ -30,9 +30,10 @@ import re
 #: One store key as torch writes it: printable ASCII, no space or comma (hostile bytes end it).
 _KEY = r"[!-+\--~]{1,512}"
 #: torch's ``TCPStore`` message for a ``wait`` (or ``get``) that ran out of time: "keys: a, b".
-_WAIT_TIMEOUT_RE = re.compile(rf"wait timeout after (\d{{1,12}})ms, keys: ({_KEY}(?:, {_KEY}){{0,255}})")
+#: Numbers are ASCII digits (``re.ASCII``: ``\d`` alone takes any script's digits, which ``int`` reads).
+_WAIT_TIMEOUT_RE = re.compile(rf"wait timeout after (\d{{1,12}})ms, keys: ({_KEY}(?:, {_KEY}){{0,255}})", re.ASCII)
 #: The tail of a gloo full-mesh key: ``<group>//<device>//<context>/<rank>``.
-_GLOO_KEY_RE = re.compile(r"(?:^|/)([^/]{1,64})//([a-z]{1,16})//(\d{1,6})/(\d{1,9})$")
+_GLOO_KEY_RE = re.compile(r"(?:^|/)([^/]{1,64})//([a-z]{1,16})//(\d{1,6})/(\d{1,9})$", re.ASCII)
 #: The name torch gives the default process group (its first group; counted again from 0 after
 #: ``destroy_process_group()``).
 DEFAULT_GROUP = "0"

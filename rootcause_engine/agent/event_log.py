@@ -15,9 +15,10 @@ membership, failures, ends, verdicts and the agreement's words: :mod:`.round_led
 An entry is one :class:`Event`: its kind, the rank it is about (a group rank in a round, a node
 index in the job), a name, a reason, a time and a small JSON payload. Numbering and gaps are
 :class:`~.store_values.StoreLog`'s: a writer that died between numbering its entry and writing it
-delays no later entry, and every reader voids the same gap. Each entry is checked on its own (kind,
-rank range, size, depth, types): one that is not an event of this log is logged once and skipped
-by every reader alike.
+delays no later entry, and every reader voids the same gap; a counter that holds no count (forged)
+is repaired by the first pod that reads or appends, so the joins, failures and ends after it land.
+Each entry is checked on its own (kind, rank range, size, depth, types): one that is not an event of
+this log is logged once and skipped by every reader alike.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from rootcause_engine.agent.store_values import (
     as_dict,
     as_int,
     as_str,
+    as_time_ns,
     bad_value,
     json_value,
 )
@@ -80,7 +82,7 @@ class Event:
             return None
         kind, name, reason = as_str(entry.get("kind")), as_str(entry.get("name", "")), as_str(entry.get("reason", ""))
         rank = as_int(entry.get("rank"), low=0, high=max_rank)
-        time_ns = as_int(entry.get("time_ns", 0), low=0)
+        time_ns = as_time_ns(entry.get("time_ns", 0))
         if kind not in kinds or rank is None or name is None or reason is None or time_ns is None:
             bad_value(key, f"not an event of this log (kinds {', '.join(sorted(kinds))}, ranks 0 to {max_rank})")
             return None
@@ -108,10 +110,14 @@ class EventLog:
         self._lock = threading.Lock()
 
     def append(self, call: StoreCall, event: Event) -> int | None:
-        """Write ``event`` at the end of the log: its number; ``None`` when the log's counter is bad or
-        full (logged by the store's helpers): the event is then told to no one."""
+        """Write ``event`` at the end of the log: its number; ``None`` when the log is full or its
+        counter, bad, could not be repaired (logged by the store's helpers): the event is then told
+        to no one. A counter that holds no count is repaired first (:meth:`_repaired`)."""
         assert event.kind in self.kinds, event.kind
-        return self.store_log.append(call, event.to_json())
+        number = self.store_log.append(call, event.to_json())
+        if number is None and self._repaired(call) is not None:
+            number = self.store_log.append(call, event.to_json())
+        return number
 
     def length(self, call: StoreCall) -> int | None:
         """How many entries were numbered; ``None`` when the counter is bad (logged)."""
@@ -124,6 +130,8 @@ class EventLog:
         voided after the grace). Returns the whole history read so far."""
         with self._lock:
             length = self.store_log.length(call)
+            if length is None:
+                length = self._repaired(call)
             if length is not None:
                 # each step reads new entries or waits for gaps: as many steps as the log can need
                 for _ in range(self.store_log.max_entries // 64 + 2):
@@ -139,6 +147,11 @@ class EventLog:
         with self._lock:
             self._take(self._cursor.read_through(call, length, poll_s=poll_s))
             return tuple(event for number, event in sorted(self._read.items()) if number <= length and event)
+
+    def _repaired(self, call: StoreCall) -> int | None:
+        """The count the log's counter holds once repaired, when it held none (forged: every pod's
+        joins, failures and ends would be told to no one); ``None`` when it was no such counter."""
+        return self.store_log.repair(call, self._cursor.next - 1)
 
     def events(self) -> tuple[Event, ...]:
         """The history read so far (no store call), in log order. Never waits: a refresh blocked on

@@ -45,6 +45,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
 )
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
+from rootcause_engine.agent.store_values import as_time_ns
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
 from rootcause_engine.store_layout import hang_wait_key
@@ -244,7 +245,10 @@ class HangWatch:
         except _STORE_ERRORS as error:
             logger.debug("hang watch: reading the peers' waits failed: %s", error)
             return []
-        return [wait for value in values or () for wait in waits_from_text(value)]
+        # a wait's start is a peer's wall-clock time: out of that range (forged: -10**30) it would
+        # make a wait of 10**21 s, a verdict whose report cannot even be written
+        return [wait for value in values or () for wait in waits_from_text(value)
+                if as_time_ns(wait.position.entered_ns) is not None]
 
 
 @contextlib.contextmanager

@@ -10,8 +10,10 @@ to it. That connection never carries data after a greeting: when it reads an end
 reset) after the greeting, the watched agent's process has most likely ended. Most likely only: a
 proxy's idle timeout or a conntrack flush closes a connection whose two ends live on. So a closing
 is evidence, not a verdict: the peer watch declares the peer lost once its heartbeat has stopped
-too (a beat or two, instead of the whole silence limit) and it said neither "failed" nor "done" in
-the store; a link that closed while the heartbeat goes on is made again. The watcher's end sends TCP
+too (a beat or two, instead of the whole silence limit), it said neither "failed" nor "done" in
+the store, and a fresh connection to its listener (:func:`probe`) is not greeted (a live agent's
+hub greets it even while its heartbeat pauses; a dead pod's port refuses it at once); a link that
+closed while the peer lives is made again. The watcher's end sends TCP
 keepalives (:data:`KEEPALIVE_IDLE_S`), so a middlebox that forgets idle connections sees this one
 used.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import ipaddress
 import logging
 import os
 import secrets
@@ -40,6 +43,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+
+from rootcause_engine.agent.store_values import decimal
+from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -74,15 +80,19 @@ class LinkEndpoint:
 
     @classmethod
     def from_text(cls, text: bytes | str | None) -> LinkEndpoint | None:
-        """The endpoint a peer published; ``None`` for none or anything malformed (never trusted)."""
+        """The endpoint a peer published; ``None`` for none or anything malformed (never trusted).
+
+        The host is an IP address, as :meth:`LinkHub.listen` publishes it: a name would be looked
+        up (a malformed one raises ``UnicodeError`` from the IDNA codec, a slow resolver stalls the
+        isolation rule's probes); the port and the token are ASCII."""
         if text is None:
             return None
         try:
             token, port, host = (text.decode() if isinstance(text, bytes) else text).split(" ", 2)
-            number = int(port)
         except (UnicodeDecodeError, ValueError):
             return None
-        if not (token.isalnum() and len(token) <= 64 and 0 < number < 65536 and host and len(host) <= 255):
+        number = decimal(port, low=1, high=65535)
+        if number is None or not (token.isascii() and token.isalnum() and len(token) <= 64) or not _is_ip(host):
             return None
         return cls(host, number, token)
 
@@ -157,8 +167,11 @@ class LinkHub:
         self._accepted: set[socket.socket] = set()
         self._links: set[PeerLink] = set()
         self._pending: list[Callable[[], None]] = []  # selector changes, made on the hub's thread
-        self._thread = threading.Thread(target=self._loop, name="rootcause-peer-links", daemon=True)
-        self._thread.start()
+        #: the loop's iterations: one that raises costs itself only (:mod:`.thread_guard`)
+        self.guard = LoopGuard("peer link hub")
+        #: why the hub's thread died, if it did: its links and listeners are then served no more
+        self.died: str | None = None
+        self._thread = start_guarded(self._loop, name="rootcause-peer-links", on_death=self._died)
 
     # --- called from any thread -----------------------------------------------------------------
 
@@ -227,26 +240,47 @@ class LinkHub:
         with contextlib.suppress(OSError):
             self._waker_write.send(b"\0")
 
+    def note(self) -> str | None:
+        """For the report: the hub's loop failed, or its thread died; ``None`` when neither."""
+        died = None if self.died is None else (
+            f"This pod's peer link hub stopped ({self.died}): its links and its listener were served no more.")
+        return " ".join(note for note in (self.guard.note(), died) if note) or None
+
+    def _died(self, error: BaseException) -> None:
+        self.died = f"{type(error).__name__}: {str(error)[:300]}"
+
     def _loop(self) -> None:
         while True:
-            try:
-                ready = self._selector.select(_TICK_S)
-            except OSError:  # the selector was closed under us (a forked child's copy): nothing to serve
+            served = self.guard.run(self._turn)
+            if served is False:  # the selector was closed under us (a forked child's copy): nothing to serve
                 return
-            for key, _ in ready:
-                self._serve(key.data, key.fileobj)
-            with self._lock:
-                pending, self._pending = self._pending, []
-            for change in pending:
-                _call_logged(change)
-            now = time.monotonic()
-            for link in [link for link in self._links if not link.established and now > link.deadline]:
-                logger.debug("peer link to %s:%d not made within %g s", link.endpoint.host, link.endpoint.port,
-                             CONNECT_TIMEOUT_S)
-                link.given_up = True
-                self._drop_link(link)
+            if served is None:  # it raised (logged): a pause, so that an error that repeats is no spin
+                time.sleep(_TICK_S)
 
-    def _serve(self, data: object, fileobj: object) -> None:
+    def _turn(self) -> bool:
+        """One round of the loop: what is ready, the pending changes, the links out of time.
+        ``False`` when the selector is closed."""
+        try:
+            ready = self._selector.select(_TICK_S)
+        except OSError:
+            return False
+        for key, _ in ready:
+            if not self.guard.run(lambda key=key: self._serve(key.data, key.fileobj)):
+                self._forget(key.data, key.fileobj)
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for change in pending:
+            _call_logged(change)
+        now = time.monotonic()
+        for link in [link for link in self._links if not link.established and now > link.deadline]:
+            logger.debug("peer link to %s:%d not made within %g s", link.endpoint.host, link.endpoint.port,
+                         CONNECT_TIMEOUT_S)
+            link.given_up = True
+            self._drop_link(link)
+        return True
+
+    def _serve(self, data: object, fileobj: object) -> bool:
+        """Serve one ready file; ``True`` (``None``: it raised, see :meth:`_forget`)."""
         if data is None:  # the waker: pending changes are applied after this round
             with contextlib.suppress(OSError):
                 while self._waker_read.recv(4096):
@@ -258,6 +292,19 @@ class LinkHub:
             self._accept(fileobj, data)  # type: ignore[arg-type]
         else:  # a watcher's connection to this process: only its end matters
             self._drain_accepted(fileobj)  # type: ignore[arg-type]
+        return True
+
+    def _forget(self, data: object, fileobj: object) -> None:
+        """A link or a watcher's connection whose serving raised is let go (it would be ready again
+        at once, and raise again: a spinning loop); a listener and the waker are kept."""
+        if isinstance(data, PeerLink):
+            data.given_up = True  # no verdict: nothing was learned of the peer
+            self._drop_link(data)
+        elif data == "accepted":
+            self._accepted.discard(fileobj)  # type: ignore[arg-type]
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(fileobj)  # type: ignore[arg-type]
+                fileobj.close()  # type: ignore[attr-defined]
 
     def _accept(self, listener: socket.socket, endpoint: LinkEndpoint) -> None:
         while True:
@@ -322,6 +369,13 @@ def link_hub() -> LinkHub:
         return _hub
 
 
+def hub_note() -> str | None:
+    """For the report: what went wrong with the process's hub (:meth:`LinkHub.note`), if it runs."""
+    with _hub_lock:
+        hub = _hub
+    return None if hub is None else hub.note()
+
+
 def _forget_hub_in_child() -> None:
     global _hub
     hub, _hub = _hub, None
@@ -360,6 +414,15 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def _is_ip(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 address (an IPv6 one may carry its scope, ``%eth0``)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _call_logged(callback: Callable[[], None]) -> None:
     try:
         callback()
@@ -389,6 +452,37 @@ def probe(endpoint: LinkEndpoint, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
                 if not data:
                     return False
                 greeting += data
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a host no socket takes (UnicodeError is one)
         return False
+    return greeting.split(b"\n", 1)[0] == expected
+
+
+def answers(endpoint: LinkEndpoint, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the agent behind ``endpoint`` is still there, by one fresh connection: the peer watch's
+    question before a closed link and a paused heartbeat condemn a pod.
+
+    ``True`` when its listener greets, or accepts the connection and has not greeted within
+    ``timeout_s`` (the kernel accepts for a process that exists: one paused whole, by its host or a
+    long stall, greets once it runs again); ``False`` when the connection is refused or reset (the
+    process that listened is gone: its kernel closed the port at once), is not made within
+    ``timeout_s`` (the pod's address is gone, or its node), or is greeted by another process (a
+    reused port)."""
+    expected = _GREETING_PREFIX + endpoint.token.encode()
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s)
+    except (OSError, ValueError):  # refused, unreachable, not made in time, a host no socket takes
+        return False
+    with sock:
+        greeting = b""
+        try:
+            sock.settimeout(timeout_s)
+            while b"\n" not in greeting and len(greeting) < _GREETING_MAX:
+                data = sock.recv(_GREETING_MAX)
+                if not data:
+                    return False
+                greeting += data
+        except TimeoutError:
+            return True  # accepted by its kernel, not yet greeted: the process exists, paused
+        except OSError:
+            return False
     return greeting.split(b"\n", 1)[0] == expected

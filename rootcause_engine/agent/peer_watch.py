@@ -35,10 +35,13 @@ or nothing. The peers are the only witnesses left, so each agent keeps what it n
   for the store's host.
 - **a closed link is evidence, not a verdict** (:mod:`.peer_link`): when the watcher's connection to
   the watched agent closes, the peer is lost only once its heartbeat has stopped too
-  (:data:`LINK_CONFIRM_BEATS` heartbeats without a new beat): a pod whose processes ended is found
-  within a beat or two instead of ``silence_limit_s``, and a connection cut by the network (a
-  proxy's idle timeout, a conntrack flush) while the peer's heartbeat goes on is logged and
-  re-opened, never a verdict.
+  (:data:`LINK_CONFIRM_BEATS` heartbeats without a new beat) and it no longer answers a fresh
+  connection to its link listener (:meth:`PeerWatch._answers`: a dead pod's port refuses it at
+  once): a pod whose processes ended is found within a beat or two instead of ``silence_limit_s``,
+  and a connection cut by the network (a proxy's idle timeout, a conntrack flush) while the peer's
+  heartbeat goes on, or while it pauses, is logged and re-opened, never a verdict. The agent's own
+  pause to fork its workers (:meth:`PeerWatch.paused`) holds the store only across each fork, so
+  its heartbeat goes on meanwhile.
 
 When this pod's workers fail as victims, :meth:`lost_peers` returns the verdicts already reached, or
 watches the others for up to ``lost_after_s``: a peer whose heartbeat moves on, or that announced a
@@ -52,6 +55,12 @@ the ledger's length.
 :meth:`PeerWatch._accuse`, which every verdict passes on every road (the healthy job's watch, a
 store that stopped answering, the failure path's search): a pod that cannot reach the peers it
 probes is the one cut off, and accuses no one.
+
+**The heartbeat never stops in silence** (:mod:`.thread_guard`): a beat whose look raises what no one
+expected (a bug, a value no check foresaw) costs that look only: the error is logged with its
+traceback, the heartbeat goes on, and the report says so (:meth:`PeerWatch.cut_off_note`). Should
+the thread die anyway, this pod announces its failure, so that its peers do not take the silence
+for a lost pod.
 
 Each store operation runs on the watch's own thread or on the failure path, through a
 :class:`~.bounded_store.BoundedStore`: a store that has gone away answers quickly with an error (its
@@ -69,6 +78,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -81,9 +91,10 @@ from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, S
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
-from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, link_hub, probe
+from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, answers, hub_note, link_hub, probe
 from rootcause_engine.agent.round_ledger import RoundLedger
-from rootcause_engine.agent.store_values import StoreCall, int_value
+from rootcause_engine.agent.store_values import StoreCall, time_value
+from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.store_layout import alive_key
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
@@ -155,6 +166,7 @@ class _Round:
         self.watched: int | None = None
         self.watched_beat: int | None = None
         self.watched_since = time.monotonic()
+        self.told_peer_failure = False  # the agent was told a peer failed (once per round)
         self.link: PeerLink | None = None  # this pod's connection to the watched successor's agent
         self.link_closed_at: float | None = None  # when this pod saw that connection close
         self.beats_after_close = 0  # new heartbeats of the watched peer seen since then
@@ -203,6 +215,10 @@ class PeerWatch:
         self._thread: threading.Thread | None = None
         self._on_peer_failure: Callable[[], None] | None = None
         self._on_peer_lost: Callable[[tuple[LostPeer, ...]], None] | None = None
+        #: the heartbeat's iterations (an unexpected error costs one beat's look, never the
+        #: heartbeat), and the death of its thread if it died anyway: both for the report
+        self._beats = LoopGuard("peer watch")
+        self._death: str | None = None
 
     def when_a_peer_fails(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (from the heartbeat thread, once per round) when another pod announces a failure."""
@@ -229,8 +245,8 @@ class PeerWatch:
         self._call(current, "set", alive_key(own.group_rank), str(time.time_ns()))
         endpoint = self._listen(joined.store)
         self._guarded(current, lambda _: current.ledger.join(own, endpoint))
-        self._thread = threading.Thread(target=self._run, args=(current,), name="rootcause-peer-watch", daemon=True)
-        self._thread.start()
+        self._thread = start_guarded(lambda: self._run(current), name="rootcause-peer-watch",
+                                     on_death=lambda error: self._watch_died(current, error))
 
     def finish(self) -> None:
         """This pod is done with the round (its launch returned): say so, so that the silence that
@@ -266,9 +282,25 @@ class PeerWatch:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """No store operation runs during the block (the agent forks its workers in it)."""
-        with self._store_lock:
+        """No store operation of this watch is in flight while this thread forks in the block (the
+        agent forks its workers in it): each ``fork`` this thread makes waits for the operation in
+        flight, if any, and the next one waits for the fork (:func:`_hold_store_locks_at_fork`).
+
+        The heartbeat goes on between the forks: a pause that held the store for the whole block
+        would silence this pod for as long as its workers take to start, and its peers would take
+        the silence for a lost pod (with its link cut by the network, within two beats)."""
+        thread = threading.get_ident()
+        with _forking_lock:
+            _forking.setdefault(thread, []).append(self._store_lock)
+        try:
             yield
+        finally:
+            with _forking_lock:
+                locks = _forking.get(thread, [])
+                if self._store_lock in locks:
+                    locks.remove(self._store_lock)
+                if not locks:
+                    _forking.pop(thread, None)
 
     def members(self) -> tuple[Member, ...]:
         """The members of the current round known so far, by group rank."""
@@ -407,28 +439,43 @@ class PeerWatch:
     # --- the watch's thread --------------------------------------------------------------------
 
     def _run(self, current: _Round) -> None:
-        told = False
+        """The heartbeat thread: one :meth:`_beat` per pause. A beat that raises what nobody expected
+        costs that beat's look only (:class:`~.thread_guard.LoopGuard`: logged, kept for the report):
+        a heartbeat that stopped would make the peers declare this healthy pod lost."""
         while not current.stop.is_set():
-            beat = self._call(current, "set", alive_key(current.own.group_rank), str(time.time_ns()))
-            answered = beat is not None and self._refresh(current)
-            if len(current.members) < current.world_size:
-                self._learn_members(current)
-            if self.silence_limit_s is not None:
-                self._watch_liveness(current, store_answered=answered)
-            if not told and self._on_peer_failure is not None and self._a_peer_failed(current):
-                told = True
-                # on a thread of its own: ending this pod's workers takes up to the teardown grace,
-                # and the heartbeat must go on meanwhile (the other pods take a silent pod for lost)
-                threading.Thread(
-                    target=_call_logged, args=(self._on_peer_failure,), name="rootcause-peer-failed", daemon=True
-                ).start()
-            # until the store host is known, look again soon: a pod that hosts the store and is lost
-            # before its peers read its entry could not be named (its peers only see the store go)
-            complete = len(current.members) >= current.world_size or current.store_host_known
-            current.wake.wait(min(self.interval_s if complete else MEMBERS_POLL_S, self._until_link_verdict(current)))
+            pause = self._beats.run(lambda: self._beat(current))
+            current.wake.wait(self.interval_s if pause is None else pause)
             current.wake.clear()
         if current.link is not None:  # released here too: a link made as the round was stopped
             current.link.release()
+
+    def _beat(self, current: _Round) -> float:
+        """One heartbeat (written first: whatever fails after it, this pod was seen alive) and one
+        look at the ledger and the watched peer; the pause until the next."""
+        beat = self._call(current, "set", alive_key(current.own.group_rank), str(time.time_ns()))
+        answered = beat is not None and self._refresh(current)
+        if len(current.members) < current.world_size:
+            self._learn_members(current)
+        if self.silence_limit_s is not None:
+            self._watch_liveness(current, store_answered=answered)
+        if not current.told_peer_failure and self._on_peer_failure is not None and self._a_peer_failed(current):
+            current.told_peer_failure = True
+            # on a thread of its own: ending this pod's workers takes up to the teardown grace,
+            # and the heartbeat must go on meanwhile (the other pods take a silent pod for lost)
+            threading.Thread(
+                target=_call_logged, args=(self._on_peer_failure,), name="rootcause-peer-failed", daemon=True
+            ).start()
+        # until the store host is known, look again soon: a pod that hosts the store and is lost
+        # before its peers read its entry could not be named (its peers only see the store go)
+        complete = len(current.members) >= current.world_size or current.store_host_known
+        return min(self.interval_s if complete else MEMBERS_POLL_S, self._until_link_verdict(current))
+
+    def _watch_died(self, current: _Round, error: BaseException) -> None:
+        """The heartbeat thread died anyway (:func:`~.thread_guard.run_guarded` logged it): this pod
+        says it failed, in the ledger, so that its peers read its silence as a failing pod (which
+        writes its own report, with this note) and not as a lost one."""
+        self._death = f"{type(error).__name__}: {str(error)[:300]}"
+        self._guarded(current, lambda _: current.ledger.failed(None))
 
     # --- liveness while healthy ----------------------------------------------------------------
 
@@ -489,6 +536,8 @@ class PeerWatch:
         if not self._refresh(current) or self._silence_expected(current, rank, link_closed):
             current.watched_since = now
             return
+        if link_closed and self._answers(current, rank):
+            return  # its agent's process lives: the silence limit judges it, from its last beat
         verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
         found = self._accuse(current, {rank: verdict}, publish=True)
         if not found:
@@ -533,6 +582,25 @@ class PeerWatch:
         if self.links:
             self._link_to(current, rank)
         return False
+
+    def _answers(self, current: _Round, rank: int) -> bool:
+        """Whether the watched peer, whose link closed and whose heartbeat has paused, still answers a
+        fresh connection to its link listener (:func:`~.peer_link.answers`): a live agent's hub greets
+        it, even while that agent's heartbeat waits (a store call that takes long, a pause), and the
+        kernel of one paused whole accepts it; a pod whose processes ended refuses it at once (its
+        port is closed), and a lost one's address does not answer. A peer that answers keeps its
+        link (made again) and is judged by the silence limit alone, counted from its last beat: the
+        closing is evidence no more."""
+        link = current.link
+        if link is None or not answers(link.endpoint):
+            return False
+        logger.warning("peer watch: the connection to %s (group rank %d) closed and its heartbeat paused, but its "
+                       "agent answers a new connection: not a verdict, connecting again",
+                       self._member(current, rank).worker, rank)
+        self._drop_link(current)
+        if self.links:
+            self._link_to(current, rank)
+        return True
 
     def _until_link_verdict(self, current: _Round) -> float:
         """Seconds until a watched peer whose link closed has been silent long enough for a verdict
@@ -640,12 +708,20 @@ class PeerWatch:
         return True
 
     def cut_off_note(self) -> str | None:
-        """For the report: this pod found itself cut off from its peers (when, and what it saw)."""
+        """For the report, what happened to this pod's own watch: it found itself cut off from its
+        peers (when, and what it saw); its heartbeat's looks failed, or its thread died; its peer
+        link hub failed. ``None`` when none of these."""
         current = self._current()
-        if current is None or current.cut_off_ns is None:
-            return None
-        return (f"This pod was cut off from its peers at {rfc3339_ns(current.cut_off_ns)}: "
-                f"{current.cut_off_reason}.")
+        notes = [self._beats.note()]
+        if current is not None and current.cut_off_ns is not None:
+            notes.insert(0, f"This pod was cut off from its peers at {rfc3339_ns(current.cut_off_ns)}: "
+                            f"{current.cut_off_reason}.")
+        if self._death is not None:
+            notes.append(f"This pod's peer watch stopped ({self._death}): it announced its failure to its "
+                         "peers, so that they would not take its silence for a lost pod.")
+        if self.links:
+            notes.append(hub_note())
+        return " ".join(note for note in notes if note) or None
 
     def _record_verdicts(self, current: _Round, found: dict[int, LostPeer]) -> None:
         if not found:
@@ -716,7 +792,7 @@ class PeerWatch:
         """``(peer rank's last heartbeat in ns, or None when absent or not a time, whether the store
         answered)``: a forged heartbeat is no beat."""
         value, ok = self._read(current, alive_key(rank))
-        return int_value(value, alive_key(rank)), ok
+        return time_value(value, alive_key(rank)), ok
 
     def _store_call(self, current: _Round, operation: str, *args: Any) -> Any:
         """One store operation, raising what the store raises (or ``StoreUnresponsive``).
@@ -749,6 +825,42 @@ class PeerWatch:
             return bool(self._hosts_store())
         except OSError:
             return False
+
+
+#: The store locks of the watches whose owner is in :meth:`PeerWatch.paused`, by the thread that
+#: forks there, and those held across the fork that thread is making now.
+_forking: dict[int, list[threading.Lock]] = {}
+_held_at_fork: dict[int, list[threading.Lock]] = {}
+_forking_lock = threading.Lock()
+
+
+def _hold_store_locks_at_fork() -> None:
+    """Before a ``fork`` of a thread in :meth:`PeerWatch.paused`: wait for the store operations in
+    flight (each is bounded by the store's deadline) and let no new one start until the fork is made."""
+    thread = threading.get_ident()
+    with _forking_lock:
+        locks = list(_forking.get(thread, ()))
+    for lock in locks:
+        lock.acquire()
+    _held_at_fork[thread] = locks
+
+
+def _release_store_locks_after_fork() -> None:
+    for lock in reversed(_held_at_fork.pop(threading.get_ident(), [])):
+        lock.release()
+
+
+def _forget_pauses_in_child() -> None:
+    """In the forked child: its copies of the locks are released (no thread of the child holds them),
+    and the parent's pauses are not the child's."""
+    global _forking, _held_at_fork, _forking_lock
+    for lock in _held_at_fork.get(threading.get_ident(), []):
+        lock.release()
+    _forking, _held_at_fork, _forking_lock = {}, {}, threading.Lock()
+
+
+os.register_at_fork(before=_hold_store_locks_at_fork, after_in_parent=_release_store_locks_after_fork,
+                    after_in_child=_forget_pauses_in_child)
 
 
 def store_address(store: Any) -> tuple[str, int] | None:

@@ -33,7 +33,7 @@ from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member, member_from_entry
 from rootcause_engine.agent.event_log import Event, EventLog
 from rootcause_engine.agent.peer_link import LinkEndpoint
-from rootcause_engine.agent.store_values import MAX_KEYS_PER_READ, StoreCall, as_dict, as_int, as_str
+from rootcause_engine.agent.store_values import MAX_KEYS_PER_READ, StoreCall, as_dict, as_str, as_time_ns
 from rootcause_engine.store_layout import ROUND_EVENTS_KEY, round_event_key
 
 T = TypeVar("T")
@@ -152,7 +152,7 @@ class RoundLedger:
         for event in history[since:]:
             if event.kind != LOST:
                 continue
-            last_seen = as_int((as_dict(event.data) or {}).get("last_seen_ns"), low=0)
+            last_seen = as_time_ns((as_dict(event.data) or {}).get("last_seen_ns"))
             found.append(LostPeer(event.rank, f"group rank {event.rank}", last_seen))
         return found, len(history)
 

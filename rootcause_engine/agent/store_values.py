@@ -9,12 +9,18 @@ a world change. So every reader (``peer_watch``, ``agreement`` and ``diagnosis/a
 - **size**: a value longer than its key's cap is refused before it is decoded;
 - **depth**: JSON is parsed by :func:`rootcause_core.bounded_json.loads_bounded` (no recursion);
 - **type**: the accessors return ``None`` for a value of the wrong type or out of range;
+- **numbers** are ASCII decimal (``[0-9]``, a leading ``-`` only where negatives mean something:
+  :func:`decimal`), each within its bounds: ``int()`` also reads ``"+5"``, ``" 5"``, ``"5_000"``
+  and other scripts' digits (the Arabic-Indic three reads as 3), none of which torch's server
+  takes as a number; a wall-clock time is nanoseconds since the epoch in an int64 (:func:`time_value`,
+  :func:`as_time_ns`), so no reader's arithmetic or formatting of it can overflow;
 - **counters** are read without asking the store to parse them (:func:`read_counter`): torch's
   ``TCPStore`` server answers an ``add`` on a key that holds no decimal number by closing the
   client's connection (measured, torch 2.13: ``stoll`` in the server's log, every later call of that
   client fails), so a counter forged to ``"abc"`` and read with ``add(key, 0)`` would cut every pod
   off the store at its next heartbeat. A counter is bumped (:func:`bump_counter`) only when it reads
-  as a count;
+  as a count; a log's counter that holds no count is repaired (:meth:`StoreLog.repair`), so that a
+  forged counter costs the log nothing but itself;
 - **logs** (numbered entries under a counter: the lost-pod verdicts, the soft-restart membership
   log) are read by :class:`LogCursor`: at most :data:`MAX_KEYS_PER_READ` keys per store call, up to
   a count that must be plausible, each entry on its own, so an entry whose writer died between
@@ -30,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import re
 import threading
 import time
 import types
@@ -56,6 +63,11 @@ MAX_COUNT = 1 << 20
 #: store calls are stuck, and then it numbers the entry again when it finds it voided).
 GAP_GRACE_S = 2.0
 INT64_MAX = 2**63 - 1
+#: The latest wall-clock time a value may hold (ns since the epoch, 2262): what an int64 holds, and
+#: what ``time.time_ns()`` writes; the earliest is the epoch.
+MAX_TIME_NS = INT64_MAX
+#: A decimal integer as ``str(int)`` writes it (20 characters hold every int64).
+_DECIMAL = re.compile(r"-?[0-9]{1,20}")
 
 #: What a voided log entry holds (no JSON value, no decimal number: no writer of ours writes it).
 VOID = b"\x00rootcause:void"
@@ -108,21 +120,41 @@ def json_value(value: object, key: str, *, max_bytes: int = SMALL_VALUE_BYTES) -
 
 def int_value(value: object, key: str, *, low: int = 0, high: int = INT64_MAX) -> int | None:
     """A decimal integer read from ``key`` (``str(int)`` as written: heartbeats, times, lengths)
-    within ``[low, high]``; ``None`` when absent, or bad (logged)."""
+    within ``[low, high]`` (:func:`decimal`); ``None`` when absent, or bad (logged)."""
     if value is None:
         return None
     text = text_value(value, key, max_bytes=24)
     if text is None:
         return None
-    try:
-        number = int(text)
-    except ValueError:
-        bad_value(key, "not a decimal integer")
-        return None
-    if not low <= number <= high:
-        bad_value(key, f"{number} is outside [{low}, {high}]")
-        return None
+    number, why = _decimal(text, low, high)
+    if why is not None:
+        bad_value(key, why)
     return number
+
+
+def time_value(value: object, key: str) -> int | None:
+    """A wall-clock time read from ``key`` (ns since the epoch, as ``str(time.time_ns())`` writes
+    it: a heartbeat); ``None`` when absent, or bad (logged)."""
+    return int_value(value, key, low=0, high=MAX_TIME_NS)
+
+
+def decimal(text: str, *, low: int, high: int) -> int | None:
+    """``text`` as a decimal integer within ``[low, high]``: ASCII digits only, a leading ``-`` only
+    where ``low`` allows negatives; ``None`` for anything else (no log: for parsers that do not
+    know the key)."""
+    return _decimal(text, low, high)[0]
+
+
+def _decimal(text: str, low: int, high: int) -> tuple[int | None, str | None]:
+    """``(number, None)``, or ``(None, why it is none)``."""
+    if _DECIMAL.fullmatch(text) is None:
+        return None, "not a decimal integer of ASCII digits"
+    if text.startswith("-") and low >= 0:
+        return None, "negative"
+    number = int(text)
+    if not low <= number <= high:
+        return None, f"{number} is outside [{low}, {high}]"
+    return number, None
 
 
 def text_value(value: object, key: str, *, max_bytes: int = SMALL_VALUE_BYTES) -> str | None:
@@ -156,6 +188,12 @@ def _json_or_reason(value: object, max_bytes: int) -> tuple[object | None, str |
 def as_int(value: object, *, low: int = -INT64_MAX - 1, high: int = INT64_MAX) -> int | None:
     """``value`` if it is an int (not a bool) within ``[low, high]``, else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high else None
+
+
+def as_time_ns(value: object) -> int | None:
+    """``value`` if it is a wall-clock time (an int of ns since the epoch, at most
+    :data:`MAX_TIME_NS`: an event's time, a last beat, when a wait began), else ``None``."""
+    return as_int(value, low=0, high=MAX_TIME_NS)
 
 
 def as_str(value: object) -> str | None:
@@ -286,13 +324,52 @@ class StoreLog:
                 return None
             if bytes(call("compare_set", self.entry_key(number), "", value)) == encoded:
                 return number
-            logger.warning("rendezvous store: entry %s was voided before it was written: numbering it again",
-                           self.entry_key(number))
+            logger.warning("rendezvous store: entry %s was voided (or written, past a repaired counter) before "
+                           "it was written: numbering it again", self.entry_key(number))
         return None
 
     def length(self, call: StoreCall) -> int | None:
         """How many entries were numbered; ``None`` when the counter is bad (logged)."""
         return read_counter(call, self.count_key, high=self.max_entries)
+
+    def repair(self, call: StoreCall, floor: int) -> int | None:
+        """Give a counter that holds no count (forged, torn) the count of the entries written, so
+        that a bad counter costs the log nothing but itself; ``floor``: how many entries the caller
+        knows were numbered. The count now held when the counter was bad and holds one now (this
+        reader's repair or another's); ``None`` when it was a count already (full, say) or still
+        is none.
+
+        The count is ``floor`` and the entries written without a gap after it (found with bounded
+        ``check`` calls). One ``compare_set`` from the bad value: readers that repair at once agree
+        on the first one's count. An entry written past a gap is met again by the writer that
+        numbers it (its ``compare_set`` loses: :meth:`append` numbers its entry again)."""
+        bad = read_value(call, self.count_key)
+        if bad is None or int_value(bad, self.count_key, high=self.max_entries) is not None:
+            return None
+        count = self._written_after(call, max(0, min(floor, self.max_entries)))
+        now = bytes(call("compare_set", self.count_key, bad, str(count).encode()))
+        repaired = int_value(now, self.count_key, high=self.max_entries)
+        if repaired is not None:
+            logger.warning("rendezvous store: the counter %s held no count: set to %d, the entries written",
+                           self.count_key, repaired)
+        return repaired
+
+    def _written_after(self, call: StoreCall, floor: int) -> int:
+        """``floor`` plus the entries present after it, up to the first absent one: whole steps of
+        :data:`MAX_KEYS_PER_READ` keys while every key is there, then a bisection of the last."""
+        count = floor
+        while count < self.max_entries:
+            keys = [self.entry_key(number)
+                    for number in range(count + 1, min(count + MAX_KEYS_PER_READ, self.max_entries) + 1)]
+            if call("check", keys):
+                count += len(keys)
+                continue
+            present, absent = 0, len(keys)  # the first ``present`` keys are there, the first ``absent`` are not all
+            while absent - present > 1:
+                middle = (present + absent) // 2
+                present, absent = (middle, absent) if call("check", keys[:middle]) else (present, middle)
+            return count + present
+        return count
 
 
 class LogCursor:

@@ -22,10 +22,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from rootcause_core.bounded_json import loads_bounded
 from rootcause_engine.store_layout import soft_process_group_prefix
 
 #: Set by the agent for its workers: the directory of the event files.
 EVENTS_DIR_VARIABLE = "ROOTCAUSE_SOFT_RESTART_DIR"
+#: The longest line an event takes (an event is a few hundred bytes: its host name is the longest part).
+MAX_LINE_BYTES = 64 << 10
 #: Key prefix, in torch's shared rendezvous store, of each world's process-group keys.
 
 
@@ -104,10 +107,11 @@ class WorkerEvent:
 
     @classmethod
     def from_line(cls, line: str) -> WorkerEvent:
-        """Parse one line written by :meth:`to_line`; ``ValueError`` if it is not one."""
+        """Parse one line written by :meth:`to_line`; ``ValueError`` if it is not one (a line nested
+        too deeply or too long is refused before ``json`` would recurse: :func:`loads_bounded`)."""
         try:
-            entry = json.loads(line)
-            info = entry.get("worker_info")
+            entry = loads_bounded(line, max_bytes=MAX_LINE_BYTES)
+            info = entry.get("worker_info")  # AttributeError for a line that is no object
             change = entry.get("change_event")
             return cls(
                 timestamp=float(entry["timestamp"]),
@@ -115,7 +119,7 @@ class WorkerEvent:
                 change_event=None if change is None else WorldChangeEvent(change),
                 worker_info=None if info is None else WorkerInfo(**info),
             )
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:  # OverflowError: float(10**400)
             raise ValueError(f"not a soft-restart worker event: {line[:200]!r}") from exc
 
 

@@ -52,3 +52,14 @@ def test_hostile_text_is_read_without_error_and_bounded() -> None:
     many = ", ".join(f"/0//cpu//0/{rank}" for rank in range(500))
     wait = read_store_wait(f"wait timeout after 1ms, keys: {many}")
     assert wait is not None and 0 < len(wait.awaited) <= 64 and wait.awaited[0] == 0
+
+
+@pytest.mark.parametrize("message", [
+    "wait timeout after 20000ms, keys: /worker/attempt_0/default_pg/0//cpu//0/\u0661",
+    "wait timeout after \u0662\u0660ms, keys: /worker/attempt_0/default_pg/0//cpu//0/1",
+    "wait timeout after 20000ms, keys: /worker/attempt_0/default_pg/0//cpu//\u0660/1",
+])
+def test_numbers_are_ascii_digits_only(message: str) -> None:
+    """``\\d`` alone takes any script's digits (and ``int`` reads them): a message whose rank or wait is
+    written in other digits is no store wait of torch's."""
+    assert read_store_wait(message) is None
