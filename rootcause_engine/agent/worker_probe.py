@@ -8,6 +8,11 @@ its main thread runs). The agent waits for the stacks of every probed worker, an
 collectives of those that can answer, up to ``wait_s``: a rank blocked inside a collective cannot
 answer from Python, and its stack already says where it is.
 
+A worker that answers nothing at all (no stacks: a stopped process, SIGSTOP or a frozen container,
+runs no handler) is not dropped: its answer says what the agent saw instead, its ``/proc`` state
+(``T``: stopped) and its progress beacon's last beat (:mod:`rootcause_engine.worker.progress_beacon`:
+its last collectives, and when it last wrote). The diagnosis (``diagnosis.hang``) judges by those.
+
 Cost: nothing unless a teardown has live workers to end; then one signal per live worker and the
 wait for their answers (milliseconds when every worker answers), bounded by ``wait_s``.
 """
@@ -22,7 +27,9 @@ from collections.abc import Iterable
 
 from rootcause_core.collectives import CollectivePosition, positions_from_json
 from rootcause_core.safe_text import MAX_WORKER_TEXT_BYTES, bounded_text
+from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.worker.hang_probe import PROBE_SIGNAL, probe_paths
+from rootcause_engine.worker.progress_beacon import BeaconReading, beacon_path, read_beacon
 
 #: Upper bound on the wait for the answers (added to a teardown only when some worker is slow to answer).
 PROBE_WAIT_S = 1.0
@@ -32,6 +39,8 @@ STACKS_SETTLED_S = 0.2
 #: collective (no Python answer will come), and its verdict needs no more of its stacks.
 IN_COLLECTIVE_SETTLED_S = 0.02
 _POLL_S = 0.01
+#: ``/proc/<pid>/stat`` states of a stopped process: it runs nothing, answers no signal's handler.
+STOPPED_STATES = ("T", "t")
 #: Frames that mean "inside a torch.distributed call" in a faulthandler dump.
 COLLECTIVE_FRAME_MARKERS: tuple[str, ...] = (
     "torch/distributed/distributed_c10d.py",
@@ -47,11 +56,26 @@ class ProbeAnswer:
     asked_ns: int
     stacks: str
     collectives: tuple[CollectivePosition, ...] | None  # None: no answer from its Python handler
+    #: What the agent saw of a worker that answered nothing (:attr:`silent`): its ``/proc`` state
+    #: letter, that state in words, and its progress beacon's last beat (``None``: no beacon file).
+    state: str = ""
+    state_words: str = ""
+    beacon: BeaconReading | None = None
 
     @property
     def in_collective(self) -> bool:
         """Some thread of the worker was inside a torch.distributed call when probed."""
         return shows_a_collective(self.stacks)
+
+    @property
+    def silent(self) -> bool:
+        """It answered nothing: no stacks, no collectives (stopped, or its process runs no handler)."""
+        return not self.stacks and self.collectives is None
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped when probed (``T``: SIGSTOP, a frozen container; ``t``: a debugger)."""
+        return self.state in STOPPED_STATES
 
 
 def _read_text(path: str) -> str:
@@ -87,6 +111,7 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
     """
     asked_ns = time.time_ns()
     pending: dict[int, tuple[str, str]] = {}
+    beacons: dict[int, str] = {}
     for pid, error_file in workers:
         if not error_file:
             continue
@@ -98,6 +123,7 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
         except (ProcessLookupError, PermissionError):
             continue
         pending[pid] = (stacks, collectives)
+        beacons[pid] = beacon_path(error_file)
     answers: dict[int, ProbeAnswer] = {}
     growth: dict[int, tuple[int, float]] = {}  # pid -> (stacks size, when it last changed)
     deadline = time.monotonic() + wait_s
@@ -114,11 +140,29 @@ def probe_workers(workers: Iterable[tuple[int, str]], *, wait_s: float = PROBE_W
             if positions is not None or settled or now >= deadline:
                 del pending[pid]
                 text = bounded_text(_read_text(stacks), MAX_WORKER_TEXT_BYTES)
-                if text or positions is not None:
-                    answers[pid] = ProbeAnswer(pid, asked_ns, text, positions)
+                answer = (
+                    ProbeAnswer(pid, asked_ns, text, positions)
+                    if text or positions is not None
+                    else _silent_answer(pid, asked_ns, beacons[pid])
+                )
+                if answer is not None:
+                    answers[pid] = answer
         if pending:
             time.sleep(_POLL_S)
     return answers
+
+
+def _silent_answer(pid: int, asked_ns: int, beacon_file: str) -> ProbeAnswer | None:
+    """What the agent sees of a worker that answered nothing: its state now, its beacon's last beat;
+    ``None`` when it is gone (it ended meanwhile: its exit tells the rest)."""
+    usage = process_tree_usage(pid)
+    if usage is None or usage.state in ("Z", "X"):
+        return None
+    beacon = read_beacon(beacon_file)
+    return ProbeAnswer(
+        pid, asked_ns, "", None, state=usage.state, state_words=usage.describe_state(),
+        beacon=beacon if beacon is not None and beacon.pid == pid else None,
+    )
 
 
 def shows_a_collective(stacks: str) -> bool:

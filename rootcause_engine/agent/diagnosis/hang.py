@@ -27,6 +27,13 @@ names the peer it waited for (``rootcause_core.collectives.merged_stall``). A na
 when its stacks show it outside any ``torch.distributed`` call: in a ring of sends and receives a
 named rank may itself be waiting for its own neighbour, and that one is a victim.
 
+A live worker that answered nothing at all (:attr:`~..worker_probe.ProbeAnswer.silent`) runs no
+code: a stopped process (SIGSTOP, a frozen container, a debugger: state ``T``) runs no signal
+handler. Its peers time out waiting for it, and it is the hung rank when it is stopped, or when its
+progress beacon stopped beating well before the probe while its last beat showed it outside the
+stalled collective (a process that runs beats every 2 s, waiting in a collective or not). Its last
+beat's collectives stand for the answer it could not give. No stall, no verdict, as for any rank.
+
 Pure: the inputs come from ``launch_record.WorkerRecord``.
 """
 
@@ -45,7 +52,11 @@ from rootcause_core.collectives import (
     timed_out_in,
 )
 from rootcause_engine.agent.worker_probe import ProbeAnswer
+from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S
 from rootcause_engine.worker.recorder import RecordedError
+
+#: A silent worker whose beacon missed this many beats by the probe has stopped running.
+SILENT_AFTER_BEATS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +71,14 @@ class HangVerdict:
     last_progress_ns: int
 
     named: bool = False  # its peers named it: they waited for its store key in the stalled initialisation
+    #: A worker that answered nothing: its process state in words when probed (``T (stopped ...)``).
+    silent_state: str = ""
+    #: ... and it was inside the stalled collective by its last progress beat (stopped there).
+    stopped_inside: bool = False
 
     def message(self) -> str:
+        if self.silent_state:
+            return self._silent_message()
         if self.named and self.stalled.is_point_to_point:
             where = "its peers waited for it there; its stacks show it outside any torch.distributed call"
         elif self.named:
@@ -78,6 +95,17 @@ class HangVerdict:
         return (
             f"hung: it never entered {self.stalled.describe()}, in which its peers timed out ({where}); "
             f"ended by the agent. {stacks} (a data loader, a deadlock, a GPU kernel that never returned)"
+        )
+
+    def _silent_message(self) -> str:
+        where = f"its last was {self.last.describe()}, by its last progress beat" if self.last is not None else (
+            "no collective of its own was recorded")
+        how = (f"it stopped inside {self.stalled.describe()}, in which its peers timed out" if self.stopped_inside
+               else f"it never entered {self.stalled.describe()}, in which its peers timed out ({where})")
+        return (
+            f"hung: {how}; process state {self.silent_state} when the agent probed it; ended by the agent. "
+            "It did not answer the agent's probe (a stopped process answers nothing): check its logs and what "
+            "stopped it (a debugger, a frozen container, SIGSTOP)"
         )
 
     def stacks_text(self) -> str:
@@ -113,6 +141,8 @@ def hang_verdict(
     if stalled is None:
         return None
     named = rank in stalled.awaited
+    if probe is not None and probe.silent:
+        return _silent_verdict(probe, stalled, rank, named)
     if not named and (probe is None or stalled.is_init or stalled.is_point_to_point):
         # a stalled initialisation or point-to-point call accuses only the ranks its peers named: another
         # rank outside torch.distributed may be waiting on purpose (a soft restart's paused worker waits
@@ -137,4 +167,35 @@ def hang_verdict(
     return HangVerdict(
         stalled=stalled, last=last, stacks=probe.stacks if probe is not None else "", last_progress_ns=progress,
         named=named,
+    )
+
+
+def _silent_verdict(
+    probe: ProbeAnswer, stalled: CollectivePosition, rank: int | None, named: bool
+) -> HangVerdict | None:
+    """The verdict on a live worker that answered nothing: hung when it is stopped, or when its beacon
+    went silent long before the probe while its last beat showed it outside the stalled collective.
+    A stopped worker is never a victim: it waits for no one, its peers wait for it."""
+    beacon = probe.beacon
+    collectives = (
+        (*(group.position() for group in beacon.groups), *beacon.point_to_point) if beacon is not None else ()
+    )
+    known = entered(stalled, collectives, rank)
+    silent_s = (probe.asked_ns - beacon.written_ns) / 1e9 if beacon is not None else None
+    beacon_stopped = silent_s is not None and silent_s >= SILENT_AFTER_BEATS * BEACON_INTERVAL_S
+    if not probe.stopped and not (beacon_stopped and known is not True):
+        return None
+    if not probe.stopped and stalled.is_point_to_point and not named:
+        return None  # a point-to-point stall accuses only the peers it waited for
+    last = last_in_group(collectives, stalled.pg)
+    candidates = (
+        last.entered_ns if last is not None else None,
+        stalled.entered_ns,
+        beacon.written_ns if beacon is not None else None,
+        probe.asked_ns,
+    )
+    progress = next(ns for ns in candidates if ns is not None)
+    return HangVerdict(
+        stalled=stalled, last=last, stacks="", last_progress_ns=progress, named=named,
+        silent_state=probe.state_words or probe.state or "unknown", stopped_inside=known is True,
     )
