@@ -290,8 +290,10 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
     watcher's thread paused and the agent's objects frozen while the workers are forked), and the
     observer notes when the agent enters and leaves the rendezvous and the exit barrier (the
     watchdog gives each phase its own time limit). ``peers`` learns each round the agent joins, and
-    its heartbeat is paused while workers are forked too (its owner stops it: it must go on beating
-    while the failure is diagnosed, so that the other pods see this one alive). Entering the exit
+    no store call of its heartbeat is in flight at any fork of the workers (:meth:`PeerWatch.paused`:
+    each fork waits for the call in flight, and the heartbeat goes on between the forks, so that
+    a slow start of many workers does not silence this pod for its peers; its owner stops it: it
+    must go on beating while the failure is diagnosed, so that the other pods see this one alive). Entering the exit
     barrier (this pod's workers all returned), the pod tells its peers it is done: torch's barrier
     waits on the store client the heartbeat shares, so no heartbeat goes out while it waits for
     slower pods, and a peer that had not been told would take the silence for a lost pod.
@@ -304,8 +306,8 @@ def observing_launch(observer: LaunchObserver, peers: PeerWatch | None = None) -
 
     def start_and_observe(original: Callable[..., Any]) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
-            # no watcher or heartbeat thread busy while the workers are forked, and no agent object
-            # they may collect
+            # no watcher thread and no store call of the heartbeat busy while the workers are
+            # forked, and no agent object they may collect
             with (
                 observer.watcher.paused(),
                 peers.paused() if peers is not None else contextlib.nullcontext(),

@@ -3,7 +3,8 @@
 The watched pod is a real process (its own agent's ``PeerWatch``, its own store client), killed with a
 real signal; the silence limit is a minute, so a verdict within the test's wait can only come from the
 link. A pod that said it was done, a frozen one and a forked worker's exit give no verdict; nor does a
-link the network cuts while the pod's heartbeat goes on (a closed link is evidence, not a verdict).
+link the network cuts while the pod lives, its heartbeat going on or not: a closed link is evidence,
+and a pod whose agent answers a new connection is alive.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def test_a_link_the_network_cuts_while_the_heartbeat_goes_on_is_no_verdict_and_i
     server_port: int, watched_pod: subprocess.Popen[str]
 ) -> None:
     """One reset of the link (the pod lives, its heartbeat moves): logged, made again, no verdict.
-    Then the heartbeat stops and the link closes again: the verdict comes within a few beats."""
+    Then the heartbeat stops and the link is cut again while its agent lives: the watcher asks it
+    directly, it answers, no verdict. Its processes killed: the verdict comes within a few beats."""
     peers, told = _watcher(server_port)
     try:
         assert wait_until(lambda: _linked(peers), VERDICT_WAIT_S)
@@ -132,7 +134,10 @@ def test_a_link_the_network_cuts_while_the_heartbeat_goes_on_is_no_verdict_and_i
         _ask(watched_pod, "stop")  # the heartbeat ends; the link alone is still no verdict
         time.sleep(QUIET_S)
         assert told == []
-        _ask(watched_pod, "cut")  # now both signs agree: its processes ended
+        _ask(watched_pod, "cut")  # both signs, but its agent still answers a new connection: asked, alive
+        time.sleep(QUIET_S)
+        assert told == []
+        watched_pod.kill()  # now its processes ended: the link closes and its port refuses
         started = time.monotonic()
         assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "no verdict once both the link and the beat ended"
         assert time.monotonic() - started < VERDICT_WAIT_S / 3  # a few beats, far from the 60 s silence limit
