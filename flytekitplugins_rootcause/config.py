@@ -60,7 +60,7 @@ class ElasticRootCause(RootCauseSettings, Elastic):
     ``straggler_check``, the agent watchdog's, ``collective_timeout_s``, ``unbuffered_output``,
     ``hang_probe``, ``flight_recorder_entries``, ``restart_policy``, ``soft_restart_timeout_s``,
     ``lost_after_s``, ``heartbeat_interval_s``, ``agreement_timeout_s``, ``rank_0_outputs_timeout_s``,
-    ``hang_after_s``, ``hang_idle_cpu_fraction``):
+    ``hang_after_s``, ``hang_idle_cpu_fraction``, ``io_wait_after_s``):
         monitor_interval: seconds between the agent's health checks (``Elastic``'s default is 5).
         per_worker_error_files: write one ``error-<worker>-<uuid>.<listing key>.pb`` per pod (the patched
             entrypoint), even when the backend did not set ``FLYTE_INTERNAL_DIST_ERROR_STRATEGY``.

@@ -73,6 +73,11 @@ DEFAULT_HANG_AFTER_S = 60.0
 #: The fraction of one core below which a rank's process tree counts as idle (measured with
 #: ``benchmarks/progress_noise.py``: an idle worker spends 0.16 to 0.55 %; docs/hung_ranks.md).
 DEFAULT_HANG_IDLE_CPU_FRACTION = 0.01
+#: How long a rank whose main thread is blocked in a file, pipe or network-filesystem read or write
+#: (state ``D``, or asleep in ``pipe_read``, ``nfs_*``, ``rpc_*``...: ``agent.thread_wait``) may make no
+#: progress while a peer waits for it before the hang watch names it (the longer of this and
+#: ``hang_after_s`` applies): an NFS failover or a storage stall returns, a stuck program does not.
+DEFAULT_IO_WAIT_AFTER_S = 600.0
 #: The shortest ``hang_after_s``: the watch looks every 2 s, and a stall needs several looks.
 MIN_HANG_AFTER_S = 10.0
 
@@ -134,6 +139,11 @@ class RootCauseSettings:
             time a healthy rank may block without CPU or I/O while its peers wait.
         hang_idle_cpu_fraction: the CPU (fraction of one core) below which a rank's process tree
             counts as making no progress.
+        io_wait_after_s: in place of ``hang_after_s`` (the longer of the two applies), how long a rank
+            whose main thread is blocked in a file, pipe or network-filesystem read or write (an NFS
+            failover, a storage stall: its thread's state, kernel wait and system call say so) may make
+            no progress before it is named hung. A rank stuck in user code (asleep, on a lock, stopped)
+            is still named at ``hang_after_s``.
     """
 
     teardown_grace_s: float = DEFAULT_TEARDOWN_GRACE_S
@@ -153,6 +163,7 @@ class RootCauseSettings:
     rank_0_outputs_timeout_s: float = DEFAULT_RANK_0_OUTPUTS_TIMEOUT_S
     hang_after_s: float | None = DEFAULT_HANG_AFTER_S
     hang_idle_cpu_fraction: float = DEFAULT_HANG_IDLE_CPU_FRACTION
+    io_wait_after_s: float = DEFAULT_IO_WAIT_AFTER_S
 
     def __post_init__(self) -> None:
         """Refuse settings no launch could use; a front-end checks its own fields first, then calls this."""
@@ -211,6 +222,12 @@ def check_hang_settings(config: Any) -> None:
     fraction = config.hang_idle_cpu_fraction
     if isinstance(fraction, bool) or not 0 < fraction < 1:
         raise ValueError(f"hang_idle_cpu_fraction must be between 0 and 1 (of one core), got {fraction!r}")
+    io_after_s = getattr(config, "io_wait_after_s", DEFAULT_IO_WAIT_AFTER_S)
+    if isinstance(io_after_s, bool) or not isinstance(io_after_s, int | float) or not io_after_s >= MIN_HANG_AFTER_S:
+        raise ValueError(
+            f"io_wait_after_s must be >= {MIN_HANG_AFTER_S:g} seconds (the longer of it and hang_after_s applies to a "
+            f"rank blocked in a read or write), got {io_after_s!r}"
+        )
 
 
 def check_restart_policy(config: Any) -> None:

@@ -30,7 +30,7 @@ class ElasticRootCause(RootCauseSettings, Elastic):
     ``straggler_check``, the agent watchdog's, ``collective_timeout_s``, ``unbuffered_output``,
     ``hang_probe``, ``flight_recorder_entries``, ``restart_policy``, ``soft_restart_timeout_s``,
     ``lost_after_s``, ``heartbeat_interval_s``, ``agreement_timeout_s``, ``rank_0_outputs_timeout_s``,
-    ``hang_after_s``, ``hang_idle_cpu_fraction``; here
+    ``hang_after_s``, ``hang_idle_cpu_fraction``, ``io_wait_after_s``; here
     ``collective_timeout_s`` covers every backend where ``Elastic.nccl_collective_timeout_sec`` sets
     NCCL's only, the agent watchdog replaces the zombie watchdog's silent ``os._exit(1)`` and writes
     the agreed root cause to ``error.pb``, and the straggler check's ``action="fail"`` raises a

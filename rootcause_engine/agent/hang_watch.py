@@ -12,7 +12,8 @@ Why: without this, a rank that hangs is named only once its peers' collective ti
    that have lasted half of ``after_s``: ``rootcause/hang/wait/<group rank>``, overwritten when the
    set changes (``[]`` once they end). A healthy job's collectives complete in moments: it writes
    nothing but its first ``[]``;
-3. when a local worker has made no progress for ``after_s`` and waits in nothing of its own, reads
+3. when a local worker has made no progress for ``after_s`` (``io_wait_after_s`` while its main
+   thread is blocked in a read or write: ``agent.thread_wait``) and waits in nothing of its own, reads
    every pod's waits (one ``multi_get``) and applies the rule
    (:func:`~.diagnosis.stalled_rank.stalled_rank_verdict`) with this pod's own waits.
 
@@ -39,6 +40,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
     ProgressRule,
     ProgressTrack,
     stalled_rank_verdict,
+    still_limit_s,
     waits_from_text,
     waits_of,
     waits_text,
@@ -47,7 +49,7 @@ from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.store_values import as_time_ns
 from rootcause_engine.agent.worker_progress import process_tree_usage
-from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
+from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION, DEFAULT_IO_WAIT_AFTER_S
 from rootcause_engine.store_layout import hang_wait_key
 from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S, BeaconReading, beacon_path, read_beacon
 
@@ -64,11 +66,14 @@ _STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 @dataclasses.dataclass(frozen=True)
 class HangSettings:
-    """The hang watch's settings (``RootCauseSettings.hang_after_s`` and ``hang_idle_cpu_fraction``)."""
+    """The hang watch's settings (``RootCauseSettings.hang_after_s``, ``hang_idle_cpu_fraction`` and
+    ``io_wait_after_s``)."""
 
     after_s: float
     rule: ProgressRule = dataclasses.field(default_factory=ProgressRule)
     interval_s: float = WATCH_INTERVAL_S
+    #: the limit of a rank whose main thread is blocked in a read or write (the longer of it and ``after_s``)
+    io_wait_after_s: float = DEFAULT_IO_WAIT_AFTER_S
 
 
 def hang_settings(config: Any) -> HangSettings | None:
@@ -77,7 +82,10 @@ def hang_settings(config: Any) -> HangSettings | None:
     if after_s is None:
         return None
     fraction = getattr(config, "hang_idle_cpu_fraction", DEFAULT_HANG_IDLE_CPU_FRACTION)
-    return HangSettings(float(after_s), ProgressRule(idle_cpu_fraction=float(fraction)))
+    io_wait_after_s = getattr(config, "io_wait_after_s", DEFAULT_IO_WAIT_AFTER_S)
+    return HangSettings(
+        float(after_s), ProgressRule(idle_cpu_fraction=float(fraction)), io_wait_after_s=float(io_wait_after_s)
+    )
 
 
 @dataclasses.dataclass
@@ -154,10 +162,11 @@ class HangWatch:
         ]
         store = self.peers.round_store() if self.peers is not None else None
         self._publish(store, local_waits, now_ns)
-        after_s = self.settings.after_s
+        after_s, io_after_s = self.settings.after_s, self.settings.io_wait_after_s
         candidates = [
             item for item in workers
-            if item.track.still_s >= after_s and item.beacon is not None and item.worker.global_rank is not None
+            if item.track.still_s >= still_limit_s(item.track, after_s, io_after_s)
+            and item.beacon is not None and item.worker.global_rank is not None
         ]
         if not candidates:
             return {}
@@ -166,7 +175,8 @@ class HangWatch:
             item.worker.pid: verdict
             for item in candidates
             if (verdict := stalled_rank_verdict(
-                item.worker.global_rank, item.beacon, item.track, waits, after_s=after_s, now_ns=time.time_ns()
+                item.worker.global_rank, item.beacon, item.track, waits, after_s=after_s, now_ns=time.time_ns(),
+                io_wait_after_s=io_after_s,
             )) is not None
         }
         if found:

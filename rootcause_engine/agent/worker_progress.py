@@ -15,6 +15,10 @@ The worker's *descendants* count as the worker: a data loader's worker processes
 work while its main process waits on their queue. The price: a hung rank with a busy child (a
 metrics uploader that keeps sending) still moves, and is left to the collective timeout.
 
+A still process's main thread is also classified by what it waits in (``agent.thread_wait``: a read
+or write that will return, ``io``, or a program that is stuck): the hang watch gives an I/O wait a
+longer limit of its own.
+
 Cost: a few small reads per process per look (some 100 microseconds for a worker and two children).
 """
 
@@ -24,6 +28,8 @@ import dataclasses
 import os
 import time
 from collections.abc import Iterator
+
+from rootcause_engine.agent.thread_wait import UNKNOWN, main_thread_wait
 
 #: The kernel's clock ticks per second (``utime`` and the like are counted in them).
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -44,6 +50,8 @@ class Usage:
     #: the kernel function a stopped (``T``) or uninterruptible (``D``) process waits in
     #: (``/proc/<pid>/wchan``: a driver or filesystem call names itself there); empty otherwise
     wait_channel: str = ""
+    #: what the main thread waits in (``agent.thread_wait``: ``io``, ``stuck``, ``unknown``)
+    main_wait: str = UNKNOWN
 
     def describe_state(self) -> str:
         """The process's state in words, with its kernel wait where it says something."""
@@ -143,4 +151,5 @@ def process_tree_usage(pid: int) -> Usage | None:
         io_bytes += _io_bytes(child)
         pending.extend(_children(child))
     wait_channel = _wait_channel(pid) if state in ("D", "T", "t") else ""
-    return Usage(time.monotonic(), time.time_ns(), cpu_s, io_bytes, state, len(seen), wait_channel)
+    main_wait = main_thread_wait(pid) if state != "R" else UNKNOWN
+    return Usage(time.monotonic(), time.time_ns(), cpu_s, io_bytes, state, len(seen), wait_channel, main_wait)

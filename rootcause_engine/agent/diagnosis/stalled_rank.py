@@ -22,8 +22,12 @@ The rule (:func:`stalled_rank_verdict`): rank R is hung when
 
 A rank computing alone (rank 0 evaluating, a checkpoint serialised) moves its CPU time; one writing
 a large file moves its I/O: neither is ever hung, however long. A rank waiting in a collective
-waits for someone else: never the culprit. What the rule cannot tell apart: a rank blocked without
-CPU or I/O in a call that will return (a filesystem call stuck for minutes, state ``D``; a GPU
+waits for someone else: never the culprit. A rank whose main thread is blocked in a file, pipe or
+network-filesystem read or write (:mod:`rootcause_engine.agent.thread_wait`: ``io``; an NFS
+failover, a storage stall) spends no CPU and counts no I/O until the call returns, like a stuck one:
+it is judged against ``io_wait_after_s`` in place of ``after_s`` (:func:`still_limit_s`), and the end
+of such a wait is progress. What the rule still cannot tell apart: a rank blocked without CPU or I/O
+in a call that will return and that is no I/O wait by its thread's state (a socket read, a GPU
 kernel waited on with blocking synchronisation): ``after_s`` must exceed the longest such block
 (``docs/hung_ranks.md``).
 
@@ -45,6 +49,7 @@ from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict
 from rootcause_engine.agent.diagnosis.selection import as_hung
+from rootcause_engine.agent.thread_wait import IO
 from rootcause_engine.agent.worker_progress import Usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION
 from rootcause_engine.worker.progress_beacon import BeaconReading
@@ -126,6 +131,9 @@ class ProgressTrack:
         """The track after one more look (``position``: where the rank stands now, ``None``: unknown)."""
         known = position if position is not None else self.position
         moved_on = position is not None and self.position is not None and position != self.position
+        # a read or write the main thread was blocked in returned: the rank goes on (its counters may
+        # not show it yet: one byte read, then straight into a collective)
+        moved_on = moved_on or (self.latest.main_wait == IO and usage.main_wait != IO)
         if moved_on or rule.moved(self.anchor, usage, max(0, beacon_bytes - self.anchor_bytes)):
             return ProgressTrack(usage, beacon_bytes, usage, known)
         # a counter that went down (a child left the tree without the worker reaping it) moves the
@@ -257,6 +265,14 @@ def _holds_up(wait: PeerWait, rank: int, beacon: BeaconReading) -> bool:
     return group.entered < position.seq
 
 
+def still_limit_s(track: ProgressTrack, after_s: float, io_wait_after_s: float | None = None) -> float:
+    """How long the rank of ``track`` must make no progress to be judged: ``after_s``, or, while its main
+    thread waits in a read or write (``io``), the longer of ``after_s`` and ``io_wait_after_s``."""
+    if io_wait_after_s is not None and track.latest.main_wait == IO:
+        return max(after_s, io_wait_after_s)
+    return after_s
+
+
 def stalled_rank_verdict(
     rank: int,
     beacon: BeaconReading | None,
@@ -265,10 +281,12 @@ def stalled_rank_verdict(
     *,
     after_s: float,
     now_ns: int,
+    io_wait_after_s: float | None = None,
 ) -> NoProgressVerdict | None:
     """The verdict on local rank ``rank`` (global), or ``None`` (the module docstring's rule);
-    ``waits``: every rank's waits known now, this pod's and the peers'."""
-    if beacon is None or track.still_s < after_s:
+    ``waits``: every rank's waits known now, this pod's and the peers'; ``io_wait_after_s``: the limit
+    of a rank whose main thread waits in a read or write (:func:`still_limit_s`)."""
+    if beacon is None or track.still_s < still_limit_s(track, after_s, io_wait_after_s):
         return None
     if any(group.pending for group in beacon.groups):
         return None  # it waits in a collective it entered: for someone else
