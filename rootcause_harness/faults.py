@@ -83,10 +83,13 @@ class FaultKind(enum.StrEnum):
     #: not a fault: the worker writes a large file for ``duration_s`` (a few MB a second, as to a slow
     #: network filesystem, with little CPU) while its peers wait, then trains on
     WRITE = "write"
+    #: not a fault: the worker blocks in a read from a pipe for ``duration_s`` (no CPU, no I/O
+    #: counted: an NFS failover or a storage stall), then trains on
+    IO_STALL = "io-stall"
 
 
 #: Kinds that end in success: a long healthy pause of one rank, which nothing may take for a hang.
-HEALTHY_PAUSES = frozenset({FaultKind.COMPUTE, FaultKind.WRITE})
+HEALTHY_PAUSES = frozenset({FaultKind.COMPUTE, FaultKind.WRITE, FaultKind.IO_STALL})
 #: Faults of a whole pod, not of one of its ranks: the pod is what a report names (a lost or frozen
 #: node's peers write for it; a stopped pod's failure is the pod's, its workers are victims).
 POD_FAULTS = frozenset({FaultKind.VANISH, FaultKind.FREEZE, FaultKind.PREEMPT, FaultKind.PARTITION})
@@ -163,7 +166,7 @@ class Fault:
     #: any other kind: the kubelet also stops the faulty pod this long after the fault (a SIGTERM that
     #: comes while the pod writes its own failure report); ``None``: never
     sigterm_after_s: float | None = None
-    #: COMPUTE and WRITE: how long the worker computes or writes
+    #: COMPUTE, WRITE and IO_STALL: how long the worker computes, writes or waits in its read
     duration_s: float = 75.0
 
     def to_env(self) -> str:
@@ -426,6 +429,25 @@ def write_for(seconds: float, path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def stall_in_read(seconds: float, path: Path) -> None:
+    """Block in a read from the FIFO ``path`` until its writer (a thread here, the storage server of a
+    real stall) sends one byte ``seconds`` later: the thread sleeps in the kernel, as on a stalled
+    network filesystem, spending no CPU and counting no I/O."""
+    os.mkfifo(path)
+
+    def answer_late() -> None:
+        with open(path, "wb") as writer:
+            time.sleep(seconds)
+            writer.write(b"x")
+
+    threading.Thread(target=answer_late, name="stalled-storage", daemon=True).start()
+    try:
+        with open(path, "rb") as reader:
+            reader.read(1)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def maybe_inject(step: int, pod: str, local_rank: int) -> None:
     """Inject the configured fault if this worker and step are due (:data:`BEFORE_INIT`: an
     ``INIT_HANG`` is due then, whatever its ``step``, and nothing else is)."""
@@ -474,6 +496,8 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
             compute_for(fault.duration_s)
         if fault.kind == FaultKind.WRITE:
             write_for(fault.duration_s, _sim_dir() / f"large-file-{pod}-{local_rank}.bin")
+        if fault.kind == FaultKind.IO_STALL:
+            stall_in_read(fault.duration_s, _sim_dir() / f"stalled-read-{pod}-{local_rank}.fifo")
     if fault.kind == FaultKind.ORDERING and (pod, local_rank) == (fault.second_pod, fault.second_local_rank):
         # off any collective, so this is an independent failure, not a victim of the first one;
         # timed from the first worker's *recorded* error (its error file, written complete), so a

@@ -106,6 +106,18 @@ def test_a_rank_computing_or_writing_alone_for_75_s_is_not_hung(kind: FaultKind,
     assert to_seconds(max(pod.exited_ns for pod in result.pods) - result.fault_ns) >= PAUSE_S, logs
 
 
+def test_a_rank_stuck_90_s_in_a_read_that_then_returns_lets_the_job_succeed(tmp_path: Path) -> None:
+    """Rank 1 of pod 1 blocks 90 s in a read (a stalled storage: no CPU, no I/O counted) while its
+    peers wait in the all-reduce, far past ``hang_after_s``: its thread's wait is an I/O wait, judged
+    against ``io_wait_after_s``, and the job trains on and succeeds, as under plain ``Elastic``."""
+    result = _flytekit_job(tmp_path, Fault(FaultKind.IO_STALL, pod="train-worker-1", local_rank=1, duration_s=90))
+    logs = f"pod logs in {result.sim_dir}"
+    assert [pod.returncode for pod in result.pods] == [0, 0], logs
+    view = console_at_decision(result, aggregation=True)
+    assert (view.decision.phase, view.outcome) == (JobPhase.SUCCEEDED, "success"), (view, logs)
+    assert to_seconds(max(pod.exited_ns for pod in result.pods) - result.fault_ns) >= 90, logs
+
+
 def test_flyte_2_names_a_hung_rank_in_error_pb_within_150_s(tmp_path: Path) -> None:
     spec = Flyte2JobSpec(task=flyte2_training.train_2x2_long_timeout, nnodes=2, nproc_per_node=2,
                          root=tmp_path / "bucket", fault=Fault(FaultKind.HANG, pod="train-worker-1", local_rank=1),
