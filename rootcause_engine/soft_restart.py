@@ -46,6 +46,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from rootcause_engine.thread_guard import LoopGuard, guarded_thread
 from rootcause_engine.worker.world_events import (
     EVENTS_DIR_VARIABLE,
     WorkerEvent,
@@ -361,13 +362,14 @@ def _watch_world(channel: _Channel) -> None:
     The PAUSED may already be followed by the smaller world's HEALTHY when the watcher looks (the
     agents agree on it within milliseconds, the watcher looks every :data:`WATCH_INTERVAL_S`): a
     scale-down to a world newer than the group's ends the group's collectives just the same.
+
+    A look that raises costs that look only, logged once per kind of error (:data:`_world_looks`):
+    the watcher must never hurt the worker (the collective timeout still bounds a blocked one), nor
+    fail in silence.
     """
     while True:
         time.sleep(WATCH_INTERVAL_S)
-        try:
-            _interrupt_if_scaled_down(channel)
-        except Exception:  # never let the watcher hurt the worker: the collective timeout still bounds it
-            continue
+        _world_looks.run(lambda: _interrupt_if_scaled_down(channel))
 
 
 def _scaled_down_since_the_group(channel: _Channel, event: WorkerEvent | None) -> bool:
@@ -382,13 +384,19 @@ def _scaled_down_since_the_group(channel: _Channel, event: WorkerEvent | None) -
 
 
 _watcher: list[threading.Thread] = []
+#: The world watcher's looks (one that raises is logged, the watch goes on) and its thread's death.
+_world_looks = LoopGuard(
+    "world watcher", stopped="a scale-down no longer let a collective blocked on a lost node out at once")
 
 
 def _ensure_world_watcher(channel: _Channel) -> None:
-    if not _watcher:
-        thread = threading.Thread(target=_watch_world, args=(channel,), name="rootcause-world-watcher", daemon=True)
+    """Start the world watcher, or start it again if its thread died (logged at critical level by
+    :func:`~rootcause_engine.thread_guard.run_guarded`): the next world's group is watched again."""
+    if not _watcher or not _watcher[-1].is_alive():
+        thread = guarded_thread(lambda: _watch_world(channel), name="rootcause-world-watcher",
+                                on_death=_world_looks.died)
         thread.start()
-        _watcher.append(thread)
+        _watcher[:] = [thread]
 
 
 def reinitialize(

@@ -10,6 +10,12 @@ it. A late answer is not lost: while an operation is stuck past its deadline,
 the next calls fail at once (the client is busy with the stuck one), and once it returns (the host
 was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
 not a false verdict for ever. An operation that raised is re-raised to its caller.
+
+Should the helper thread die anyway (outside any operation: each one's error goes to its caller),
+the calls waiting on it fail at once with :class:`StoreUnresponsive`, the error every caller handles,
+and the next call starts a new thread (:meth:`BoundedStore._died`): a dead client would otherwise
+cost each caller its whole deadline, then fail every call for ever, and the peer watch would take
+the store's host for lost.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import queue
 import threading
 import time
 from typing import Any
+
+from rootcause_engine.agent.thread_guard import describe_error, guarded_thread
 
 
 class StoreUnresponsive(TimeoutError):
@@ -47,6 +55,8 @@ class BoundedStore:
         self._busy_since: float | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: why the helper thread died, the first time it did (:meth:`note`)
+        self.died: str | None = None
 
     def call(self, operation: str, *args: Any) -> Any:
         """``store.<operation>(*args)``, within ``timeout_s``; raises :class:`StoreUnresponsive` if not.
@@ -60,12 +70,11 @@ class BoundedStore:
             with self._lock:
                 if self._closed:
                     raise StoreUnresponsive(f"the {self.name} client is closed")
+                if self._thread is None:  # the first call, or the thread died (:meth:`_died`)
+                    self._thread = guarded_thread(self._serve, name="rootcause-store-client", on_death=self._died)
+                    self._thread.start()
                 in_flight, since = self._busy, self._busy_since
                 if in_flight is None or in_flight.done.is_set():
-                    if self._thread is None:
-                        self._thread = threading.Thread(target=self._serve, name="rootcause-store-client",
-                                                        daemon=True)
-                        self._thread.start()
                     request = _Request(operation, args)
                     self._busy, self._busy_since = request, time.monotonic()
                     break
@@ -96,11 +105,44 @@ class BoundedStore:
             self._closed = True
         self._requests.put(None)
 
+    def note(self) -> str | None:
+        """For the report: the helper thread died (its callers were failed); ``None`` when it did not."""
+        if self.died is None:
+            return None
+        return (f"This pod's {self.name} client thread died ({self.died}): the calls waiting on it failed as if "
+                "the store had not answered, and a new thread served the next ones.")
+
     def _serve(self) -> None:
         while (request := self._requests.get()) is not None:
-            try:
-                request.result = getattr(self.store, request.operation)(*request.args)
-            except BaseException as error:  # handed to the caller, who decides
-                request.error = error
-            finally:
-                request.done.set()
+            self._answer(request)
+
+    def _answer(self, request: _Request) -> None:
+        if request.done.is_set():
+            return  # failed by :meth:`_died` before it was queued: its caller was told it did not happen
+        try:
+            request.result = getattr(self.store, request.operation)(*request.args)
+        except BaseException as error:  # handed to the caller, who decides
+            request.error = error
+        finally:
+            request.done.set()
+
+    def _died(self, error: BaseException) -> None:
+        """The helper thread died (:func:`~.thread_guard.run_guarded` logged it): its callers, the one in
+        flight and any queued, get :class:`StoreUnresponsive` now, not at their deadline; the next call
+        starts a new thread. All under the lock, so that no call starts its thread before the queue is
+        emptied of the requests failed here."""
+        what = describe_error(error)
+        with self._lock:
+            if self.died is None:
+                self.died = what
+            waiting = [self._busy]
+            while True:
+                try:
+                    waiting.append(self._requests.get_nowait())
+                except queue.Empty:
+                    break
+            for request in waiting:
+                if request is not None and not request.done.is_set():
+                    request.error = StoreUnresponsive(f"the {self.name} client's thread died ({what})")
+                    request.done.set()
+            self._thread = None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import select
@@ -32,9 +33,13 @@ import time
 from collections.abc import Iterator
 from types import TracebackType
 
+from rootcause_engine.agent.thread_guard import LoopGuard, guarded_thread
+
 logger = logging.getLogger(__name__)
 
 _CLD_EXITED = getattr(os, "CLD_EXITED", 1)
+#: The pause after a ``poll`` that raised, so that an error that repeats is no spin.
+_PAUSE_AFTER_FAILURE_S = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +124,13 @@ class DeathWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._wake_read, self._wake_write = os.pipe()
+        #: one process's watch or one exit's record that raised costs that one only; a thread that
+        #: died anyway is logged and kept for the report (:meth:`note`)
+        self.guard = LoopGuard(
+            "death watcher",
+            stopped="the exits after it carry the time torch's agent or the watchdog saw them, not the moment they "
+                    "happened",
+        )
 
     @property
     def uses_pidfd(self) -> bool:
@@ -153,9 +165,9 @@ class DeathWatcher:
 
     def _start_thread(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(self._stop,), name="rootcause-death-watcher", daemon=True
-        )
+        stop = self._stop
+        self._thread = guarded_thread(lambda: self._run(stop), name="rootcause-death-watcher",
+                                      on_death=self.guard.died)
         self._thread.start()
 
     def _stop_thread(self) -> None:
@@ -280,59 +292,81 @@ class DeathWatcher:
         with self._lock:
             self._pending.extend(key for key in keys if key not in self._exits)
 
+    def note(self) -> str | None:
+        """For the report: the watcher's looks failed, or its thread died; ``None`` when neither."""
+        return self.guard.note()
+
     def _run(self, stop: threading.Event) -> None:
-        try:
-            if self._use_pidfd:
-                self._run_pidfd(stop)
-            else:
-                self._run_polling(stop)
-        except Exception:  # the watcher must never take the agent down
-            logger.exception("death watcher stopped; failure times fall back to detection times")
+        """The watcher thread (through :func:`~.thread_guard.run_guarded`: a death is logged, kept
+        for :meth:`note`, and the agent goes on; the watchdog asks the kernel itself)."""
+        if self._use_pidfd:
+            self._run_pidfd(stop)
+        else:
+            self._run_polling(stop)
 
     def _run_pidfd(self, stop: threading.Event) -> None:
+        """Each step through :attr:`guard`: a process whose watch or record raised costs that
+        process's precise stamp only (the watchdog's look, or torch's, still sees its exit), never
+        the watch of every later exit."""
         poller = select.poll()
         poller.register(self._wake_read, select.POLLIN)
         fd_to_key: dict[int, ProcessKey] = {}
         try:
             while not stop.is_set():
                 for key in self._take_pending():
-                    try:
-                        fd = os.pidfd_open(key[0])
-                    except ProcessLookupError:
-                        fd = None
-                    if fd is not None and start_ticks(key[0]) != key[1]:
-                        os.close(fd)  # the pid names another process now: this one is gone
-                        fd = None
-                    if fd is None:
-                        self._record(key, time.time_ns(), time.monotonic_ns())  # gone before we looked
-                        continue
-                    fd_to_key[fd] = key
-                    poller.register(fd, select.POLLIN)
-                events = poller.poll()
+                    self.guard.run(functools.partial(self._open, key, poller, fd_to_key))
+                events = self.guard.run(poller.poll)
+                if events is None:  # it raised (logged): a pause, so that an error that repeats is no spin
+                    stop.wait(_PAUSE_AFTER_FAILURE_S)
+                    continue
                 now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
                 for fd, _ in events:
-                    if fd == self._wake_read:
-                        os.read(self._wake_read, 4096)
-                        continue
-                    key = fd_to_key.pop(fd)
-                    poller.unregister(fd)
-                    os.close(fd)
-                    self._record(key, now_ns, now_mono_ns)
+                    self.guard.run(functools.partial(self._exited, fd, poller, fd_to_key, now_ns, now_mono_ns))
         finally:
             for fd in fd_to_key:
                 os.close(fd)
             self._requeue(list(fd_to_key.values()))
 
+    def _open(self, key: ProcessKey, poller: select.poll, fd_to_key: dict[int, ProcessKey]) -> None:
+        """Watch process ``key`` through a pidfd; record it at once if it is gone already."""
+        try:
+            fd = os.pidfd_open(key[0])
+        except ProcessLookupError:
+            fd = None
+        if fd is not None and start_ticks(key[0]) != key[1]:
+            os.close(fd)  # the pid names another process now: this one is gone
+            fd = None
+        if fd is None:
+            self._record(key, time.time_ns(), time.monotonic_ns())  # gone before we looked
+            return
+        fd_to_key[fd] = key
+        poller.register(fd, select.POLLIN)
+
+    def _exited(self, fd: int, poller: select.poll, fd_to_key: dict[int, ProcessKey], now_ns: int,
+                now_mono_ns: int) -> None:
+        """``fd`` is readable: the wake-up pipe, or the pidfd of a process that exited (recorded)."""
+        if fd == self._wake_read:
+            os.read(self._wake_read, 4096)
+            return
+        key = fd_to_key.pop(fd)
+        poller.unregister(fd)
+        os.close(fd)
+        self._record(key, now_ns, now_mono_ns)
+
     def _run_polling(self, stop: threading.Event) -> None:
+        """As :meth:`_run_pidfd`: a process whose look or record raised costs that process's stamp only."""
         live: set[ProcessKey] = set()
         try:
             while not stop.is_set():
                 live.update(self._take_pending())
                 now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
                 for key in list(live):
-                    if not _is_running(key):
-                        live.discard(key)
-                        self._record(key, now_ns, now_mono_ns)
+                    self.guard.run(functools.partial(self._poll, key, live, now_ns, now_mono_ns))
                 stop.wait(self._fallback_poll_s)
         finally:
             self._requeue(sorted(live, key=lambda key: (key[0], key[1] or 0, key[2] or 0)))
+
+    def _poll(self, key: ProcessKey, live: set[ProcessKey], now_ns: int, now_mono_ns: int) -> None:
+        if not _is_running(key):
+            live.discard(key)
+            self._record(key, now_ns, now_mono_ns)

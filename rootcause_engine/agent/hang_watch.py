@@ -48,6 +48,7 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.store_values import as_time_ns
+from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION, DEFAULT_IO_WAIT_AFTER_S
 from rootcause_engine.store_layout import hang_wait_key
@@ -121,6 +122,10 @@ class HangWatch:
         self._attempt: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: a look that raised costs that look only (logged once per kind); a thread that died anyway
+        #: is logged and kept for the report (:meth:`note`)
+        self._looks = LoopGuard("hang watch", stopped="a rank that hung was no longer named before its "
+                                                      "peers' collective timed out")
 
     def found(self) -> dict[int, NoProgressVerdict]:
         """The verdicts reached so far, by worker pid."""
@@ -129,8 +134,7 @@ class HangWatch:
 
     def __enter__(self) -> HangWatch:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="rootcause-hang-watch", daemon=True)
-        self._thread.start()
+        self._thread = start_guarded(self._run, name="rootcause-hang-watch", on_death=self._looks.died)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -139,12 +143,15 @@ class HangWatch:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self.settings.interval_s + 5)
 
+    def note(self) -> str | None:
+        """For the report: the watch's looks failed, or its thread died; ``None`` when neither."""
+        return self._looks.note()
+
     def _run(self) -> None:
+        """One :meth:`look` per interval; one that raises costs that look only (the watch must never
+        take the agent down, nor stop at its first bad look)."""
         while not self._stop.wait(self.settings.interval_s):
-            try:
-                self.look()
-            except Exception:  # the watch must never take the agent down
-                logger.exception("hang watch: a look failed")
+            self._looks.run(self.look)
 
     # --- one look ------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_record import WorkerRecord, record_launch
+from rootcause_engine.agent.thread_guard import LoopGuard, guarded_thread
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,11 @@ class AgentWatchdog:
         self._stop = threading.Event()
         self._expedited: tuple[float, str, Trigger] | None = None  # (monotonic deadline, why, trigger)
         self._failures_seen: dict[LaunchedWorker, int] = {}  # take_snapshot's memory across looks
-        self._thread = threading.Thread(target=self._run, name="rootcause-agent-watchdog", daemon=True)
+        #: a look that raised costs that look only (the watchdog is the pod's last guard against a
+        #: hang); a thread that died anyway is logged and said in the report (:meth:`note`)
+        self._looks = LoopGuard(
+            "agent watchdog", stopped="a hung agent was no longer ended by it, nor reported by it")
+        self._thread = guarded_thread(self._run, name="rootcause-agent-watchdog", on_death=self._looks.died)
 
     def __enter__(self) -> AgentWatchdog:
         self._thread.start()
@@ -237,17 +242,27 @@ class AgentWatchdog:
         (a lost peer that hosted the rendezvous store) is known to leave torch's agent stuck."""
         self._expedited = (time.monotonic() + within_s, why, trigger)
 
+    def note(self) -> str | None:
+        """For the report: the watchdog's looks failed, or its thread died; ``None`` when neither."""
+        return self._looks.note()
+
     def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.settings.interval_s):
-                snapshot = take_snapshot(self.observer, failures_seen=self._failures_seen)
-                expedited = self._expedited
-                due = expedited is not None and time.monotonic() >= expedited[0]
-                if (due or is_hung(snapshot, self.settings)) and not self._stop.is_set():
-                    self.fire(snapshot, expedited if due else None)
-                    return
-        except Exception:  # the watchdog must never take a healthy agent down
-            logger.exception("agent watchdog stopped")
+        """One :meth:`_look` per interval until it fired. A look that raises (never the agent's
+        problem) costs that look only: a watchdog stopped by one bad look would leave a hung agent
+        hanging for ever."""
+        while not self._stop.wait(self.settings.interval_s):
+            if self._looks.run(self._look):
+                return
+
+    def _look(self) -> bool:
+        """One look; fire when the agent is hung (or an expedited deadline passed). Whether it fired."""
+        snapshot = take_snapshot(self.observer, failures_seen=self._failures_seen)
+        expedited = self._expedited
+        due = expedited is not None and time.monotonic() >= expedited[0]
+        if (due or is_hung(snapshot, self.settings)) and not self._stop.is_set():
+            self.fire(snapshot, expedited if due else None)
+            return True
+        return False
 
     def fire(self, snapshot: AgentSnapshot, expedited: tuple[float, str, Trigger] | None = None) -> None:
         """End the surviving workers, report the root cause through the sink, exit the process.
@@ -282,10 +297,11 @@ class AgentWatchdog:
 
     def _diagnosis(self, note: str, trigger: Trigger = Trigger.AGENT_HUNG) -> Diagnosis:
         """The pipeline's diagnosis of the last attempt; the hang itself when no worker failed."""
+        notes = [note, looks] if (looks := self._looks.note()) else [note]  # the looks that failed before
         try:
             record = record_launch(self.observer)
-            diagnosis = diagnose(record, trigger=trigger, peers=self.peers, notes=[note], retry_rule=self.retry_rule)
+            diagnosis = diagnose(record, trigger=trigger, peers=self.peers, notes=notes, retry_rule=self.retry_rule)
         except Exception:
             logger.exception("could not rank the workers' failures")
             diagnosis = None
-        return diagnosis if diagnosis is not None else agent_hung(note, peers=self.peers)
+        return diagnosis if diagnosis is not None else agent_hung("\n\n".join(notes), peers=self.peers)

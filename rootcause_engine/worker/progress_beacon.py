@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rootcause_core.collectives import CollectivePosition, positions_from_json
+from rootcause_engine.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.upstream.torch_worker import flight_recorder_entries, flight_recorder_status
 from rootcause_engine.worker.complete_files import write_complete
 from rootcause_engine.worker.point_to_point import open_point_to_point_calls, record_point_to_point
@@ -168,6 +169,9 @@ class ProgressBeacon:
         self.written_bytes = 0
         self._pending: dict[str, GroupProgress] = {}  # the open collective of each group, as last described
         self._looked_up: set[tuple[str, int]] = set()
+        #: a beat that raised costs that beat only, logged once per kind (in the worker's log)
+        self.beats = LoopGuard("progress beacon", stopped="its file was removed, so that the hang watch does "
+                                                          "not read a rank that stopped where it last said")
 
     def reading(self) -> BeaconReading:
         """This beat's reading (the groups' state, described where a wait lasts)."""
@@ -207,10 +211,25 @@ class ProgressBeacon:
         write_complete(self.path, text)
 
     def run(self, interval_s: float, stop: threading.Event) -> None:
+        """One :meth:`beat` per interval; one that raises costs that beat only (never the worker's
+        problem, never silent: :attr:`beats`)."""
         while not stop.is_set():
-            with contextlib.suppress(Exception):  # never let the beacon hurt the worker
-                self.beat()
+            self.beats.run(self.beat)
             stop.wait(interval_s)
+
+    def start(self, interval_s: float, stop: threading.Event) -> threading.Thread:
+        """The beacon's thread, started: :meth:`run` through :func:`~rootcause_engine.thread_guard.run_guarded`
+        (a death is logged at critical level, then :meth:`_died`)."""
+        return start_guarded(lambda: self.run(interval_s, stop), name="rootcause-progress-beacon",
+                             on_death=self._died)
+
+    def _died(self, error: BaseException) -> None:
+        """The thread died: remove the file. Its last beat would go on saying where the rank stood (a
+        wait that looks ever longer), and the hang watch could name a rank that is only unwatched;
+        without a file, the rank is one the watch names no one for."""
+        self.beats.died(error)
+        with contextlib.suppress(OSError):
+            os.remove(self.path)
 
 
 #: The beacon of this process, once :func:`start_progress_beacon` ran.
@@ -234,9 +253,6 @@ def start_progress_beacon(error_file: str | None, interval_s: float) -> bool:
         return False
     record_point_to_point()  # the open send/recv calls are part of each beat
     beacon = ProgressBeacon(beacon_path(error_file))
-    thread = threading.Thread(
-        target=beacon.run, args=(interval_s, threading.Event()), name="rootcause-progress-beacon", daemon=True
-    )
-    thread.start()
+    beacon.start(interval_s, threading.Event())
     _started.append(beacon)
     return True
