@@ -10,24 +10,34 @@ The action has one ``report.html``, and a flush replaces it with the flushing pr
 0's workers flush theirs (the user's, the straggler check's) before the ``a0`` process flushes the
 timeline or the soft restarts. So ``a0`` first reads the page back and keeps its tabs, its own
 after them (:func:`keep_flushed_tabs`): what the UI shows is the user's tabs and the timeline.
+
+That read, merge and write holds the page's lock (:mod:`flyteplugins.rootcause.report_lock`), and so
+does a worker's flush of the straggler tab: a flush of another process of the pod (or thread) is
+never lost between the read and the write, nor read half written. The page is read back by ids of
+flyte's private template; where the installed flyte's template lacks them
+(:func:`flyteplugins.rootcause.upstream.report_template_problem`), ``a0`` flushes nothing, with a
+warning: its tabs are skipped, and the page keeps what the workers flushed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 
 import flyte
 import flyte.report
 import flyte.storage
 
+from flyteplugins.rootcause.report_lock import report_lock, report_lock_sync
 from flyteplugins.rootcause.report_page import tabs_of_page
-from flyteplugins.rootcause.upstream import report_file
+from flyteplugins.rootcause.upstream import report_file, report_template_problem
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport
 from rootcause_engine.agent.diagnosis.pipeline import RestartRow
 from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeline_html
 from rootcause_engine.straggler.page import render_html
 from rootcause_engine.straggler.report import StragglerReport
-from rootcause_engine.upstream.readiness import Readiness
+from rootcause_engine.upstream.readiness import Readiness, RootCauseUpstreamWarning
 
 logger = logging.getLogger(__name__)
 
@@ -49,18 +59,18 @@ def timeline_page(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -
 
 async def publish_timeline(agreed: AgreedReport, restarts: tuple[RestartRow, ...] = ()) -> None:
     """Log the timeline to its tab and flush the report (the task is about to raise)."""
-    await _publish(TIMELINE_TAB, timeline_page(agreed, restarts))
+    await publish_tab(TIMELINE_TAB, timeline_page(agreed, restarts))
 
 
 async def publish_restarts(restarts: tuple[RestartRow, ...]) -> None:
     """A launch that healed through soft restarts: its restarts in their tab (nothing without any)."""
     if restarts:
-        await _publish(RESTARTS_TAB, restarts_html(restarts))
+        await publish_tab(RESTARTS_TAB, restarts_html(restarts))
 
 
 async def publish_readiness(readiness: Readiness) -> None:
     """The diagnosis is off or not verified here: say so in its tab (nothing when it is verified)."""
-    await _publish(READINESS_TAB, readiness.page)
+    await publish_tab(READINESS_TAB, readiness.page)
 
 
 def add_straggler_tab(report: StragglerReport) -> None:
@@ -76,7 +86,9 @@ def flush_straggler_tab(report: StragglerReport) -> None:
     """In a worker (rank 0): the tab, flushed now, from this worker's copy of the report."""
     add_straggler_tab(report)
     try:
-        flyte.report.flush()
+        path = _page_path()
+        with report_lock_sync(path) if path else contextlib.nullcontext():  # not mid-way through a0's merge
+            flyte.report.flush()
     except Exception:
         logger.exception("could not flush the %s report tab", STRAGGLER_TAB)
 
@@ -116,13 +128,47 @@ def put_flushed_tabs_first(report: flyte.report.Report, flushed: list[tuple[str,
     report.tabs.update(own)
 
 
-async def _publish(tab: str, html: str) -> None:
+async def publish_tab(tab: str, html: str) -> None:
+    """Log ``html`` to ``tab`` and flush the report, keeping the tabs already flushed, under the
+    page's lock; nothing at all where flyte's template cannot be read back (the page stays as it is)."""
     if not html:
         return
     try:
+        problem = report_template_problem(tabs_of_page)
+        if problem is not None:
+            _warn_once(f"{problem}: the {tab!r} report tab is not flushed, so that report.html keeps the tabs "
+                       "already flushed there")
+            return
         report = flyte.report.current_report()
         report.get_tab(tab).log(html)
-        await keep_flushed_tabs(report)
-        await flyte.report.flush.aio()
+        path = _page_path()
+        async with report_lock(path) if path else contextlib.nullcontext():
+            await keep_flushed_tabs(report)
+            await flyte.report.flush.aio()
     except Exception:  # the report is a view: it must never replace the task's own error
         logger.exception("could not publish the %s report tab", tab)
+
+
+def _page_path() -> str | None:
+    """This action's ``report.html`` to lock (``None`` outside a task, where a flush writes nothing, or
+    where flyte no longer names it: the flush goes on unlocked, as before the lock)."""
+    tctx = flyte.ctx()
+    if not tctx:
+        return None
+    try:
+        return report_file(tctx.output_path)
+    except Exception:
+        logger.warning("the report's path is unknown here: flushing it without its lock", exc_info=True)
+        return None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(line: str) -> None:
+    """Say ``line`` in the log and as a warning, once per process (every flush of the task meets it)."""
+    if line in _warned:
+        return
+    _warned.add(line)
+    logger.warning("%s", line)
+    warnings.warn(line, RootCauseUpstreamWarning, stacklevel=3)

@@ -11,16 +11,20 @@ items of ``<ul id="flyte-frame-tabs">``, and each tab's HTML in one ``<div>`` ch
 ``<div id="flyte-frame-container">``, in the same order (the page's script pairs them by position).
 A tab's HTML is the user's, so it is cut out of the page exactly as it was written, between its
 ``<div>`` and the ``</div>`` that closes it as a browser nests them (a ``</div>`` in a script is
-script text, not a tag). A page without that layout (torn, or another template) reads as ``None``.
+script text, not a tag). A page without that layout (torn, or another template) reads as ``None``;
+whether flyte's template still has it is checked before a flush that reads the page back
+(:func:`flyteplugins.rootcause.upstream.report_template_problem`).
 """
 
 from __future__ import annotations
 
 from html.parser import HTMLParser
 
-#: The ids of the template's tab bar and tab bodies (``flyte/report/_template.html``).
-NAV_ID = "flyte-frame-tabs"
-CONTAINER_ID = "flyte-frame-container"
+from flyteplugins.rootcause.upstream import REPORT_BODIES_ID, REPORT_TABS_ID
+
+#: The ids of the template's tab bar and tab bodies (private to flyte: the seam lists and checks them).
+NAV_ID = REPORT_TABS_ID
+CONTAINER_ID = REPORT_BODIES_ID
 
 
 def tabs_of_page(page: str) -> list[tuple[str, str]] | None:

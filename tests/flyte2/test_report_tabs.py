@@ -14,6 +14,7 @@ import pytest
 from flyte._context import internal_ctx
 from flyte.models import ActionID, RawDataPath, TaskContext
 
+from flyteplugins.rootcause import report as report_module
 from flyteplugins.rootcause.report import (
     RESTARTS_TAB,
     STRAGGLER_TAB,
@@ -22,6 +23,8 @@ from flyteplugins.rootcause.report import (
     put_flushed_tabs_first,
 )
 from flyteplugins.rootcause.report_page import tabs_of_page
+from flyteplugins.rootcause.upstream import REPORT_TEMPLATE_IDS, report_template_problem
+from rootcause_engine.upstream.readiness import RootCauseUpstreamWarning
 from rootcause_harness.faults import Fault, FaultKind
 from rootcause_harness.flyte2.job import JobSpec, run_job
 from tests.flyte2 import report_tasks
@@ -110,6 +113,47 @@ def test_a_page_that_cannot_be_merged_is_replaced_as_before(tmp_path: Path, capl
     tabs = tabs_of_page((tmp_path / "report.html").read_text())
     assert tabs is not None and [name for name, _ in tabs] == [RESTARTS_TAB]
     assert "is not a page of Flyte 2's report" in caplog.text
+
+
+def test_the_installed_flyte_s_report_template_has_every_id_the_page_is_read_back_by() -> None:
+    """The compat lane runs this in every flyte version's virtualenv: the private template still has them."""
+    template = flyte.report.Report("a0").template_path.read_text()
+    assert [name for name in REPORT_TEMPLATE_IDS if f'id="{name}"' not in template] == []
+    assert report_template_problem(tabs_of_page) is None
+
+
+#: Flyte's page as a template that renamed the container's id, or left the tabs outside it, renders it.
+OTHER_TEMPLATES = {
+    "renamed id": lambda page: page.replace('id="flyte-frame-container"', 'id="frame-container"'),
+    "tabs outside the container": lambda page: page.replace(
+        '<div id="flyte-frame-container">', '<div id="flyte-frame-container"></div><div>'),
+}
+
+
+@pytest.mark.parametrize("template", list(OTHER_TEMPLATES))
+def test_a_template_the_page_cannot_be_read_back_by_skips_a0_s_tabs_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: str
+) -> None:
+    """The tabs rank 0's worker flushed stay as they are (no page a0 could not merge replaces them),
+    and publishing raises nothing."""
+    with _process_of_the_action(tmp_path) as worker:
+        for name, html in USER_TABS:
+            worker.get_tab(name).log(html)
+        flyte.report.flush()
+    flushed = (tmp_path / "report.html").read_bytes()
+    render = flyte.report.Report.get_final_report
+    monkeypatch.setattr(flyte.report.Report, "get_final_report",
+                        lambda self: OTHER_TEMPLATES[template](render(self)))
+    monkeypatch.setattr(report_module, "_warned", set())
+    problem = report_template_problem(tabs_of_page)
+    assert problem is not None and ("'flyte-frame-container'" in problem) == (template == "renamed id")
+    with _process_of_the_action(tmp_path), pytest.warns(RootCauseUpstreamWarning) as warned:
+        asyncio.run(publish_restarts((RESTART,)))
+    assert [str(warning.message) for warning in warned if warning.category is RootCauseUpstreamWarning] == [
+        f"{problem}: the {RESTARTS_TAB!r} report tab is not flushed, so that report.html keeps the tabs already "
+        "flushed there"
+    ]
+    assert (tmp_path / "report.html").read_bytes() == flushed
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ the diagnosis off and the task runs upstream's ``TorchFunctionTask.execute``; a 
 verified ranges runs it with a warning. The user hears both where the task is defined
 (:func:`check_flyte`, from ``ElasticRootCause``), never as an error.
 A pod without rank 0 leaves the action's outputs to rank 0's pod through the runtime's own rule for
-clustered workers (:func:`leave_outputs_to_rank_0`).
+clustered workers (:func:`leave_outputs_to_rank_0`). The report's page is read back by ids of
+flyte's private report template (:data:`REPORT_TEMPLATE_IDS`, :func:`report_template_problem`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rootcause_engine.upstream.patching import patched
 from rootcause_engine.upstream.readiness import Readiness, check, engine_seams
-from rootcause_engine.upstream.versions import Symbol, require
+from rootcause_engine.upstream.versions import Symbol, installed_version, require
 
 _TASK = "flyteplugins.pytorch.task"
 
@@ -92,6 +94,50 @@ def report_file(output_path: str) -> str:
     from flyte._internal.runtime.io import report_path
 
     return report_path(output_path)
+
+
+#: The ids of flyte's report template (``flyte/report/_template.html``, private) that the plugin reads
+#: a flushed ``report.html`` back by (:mod:`flyteplugins.rootcause.report_page`): the tab bar, whose
+#: ``<li>`` items name the tabs, and the container, whose ``<div>`` children hold them in that order.
+REPORT_TABS_ID = "flyte-frame-tabs"
+REPORT_BODIES_ID = "flyte-frame-container"
+REPORT_TEMPLATE_IDS: tuple[str, ...] = (REPORT_TABS_ID, REPORT_BODIES_ID)
+#: The tab :func:`report_template_problem` renders: a name to escape, a body with a nested ``<div>``.
+_PROBE_TABS: tuple[tuple[str, str], ...] = (
+    ("rootcause <probe> & tab", '<div id="rootcause-probe"><div>1</div></div>'),
+    ("rootcause second tab", "<p>2</p>"),
+)
+
+
+def report_template_problem(read_back: Callable[[str], Sequence[tuple[str, str]] | None]) -> str | None:
+    """Why the installed flyte's report page cannot be read back by ``read_back`` (the page reader),
+    or ``None``: a page of probe tabs rendered by flyte's own ``Report`` must carry every id of
+    :data:`REPORT_TEMPLATE_IDS` and read back as those tabs. Never raises."""
+    from flyte.report import Report
+
+    version = installed_version("flyte")
+    try:
+        report = Report("rootcause-probe")
+        for name, html in _PROBE_TABS:
+            report.get_tab(name).log(html)
+        page = report.get_final_report()
+        page = page if isinstance(page, str) else str(getattr(page, "data", page))  # IPython's HTML
+    except Exception as error:
+        return f"flyte {version} cannot render a report page ({error!r})"
+    missing = [name for name in REPORT_TEMPLATE_IDS if f'id="{name}"' not in page]
+    if missing:
+        return (f"flyte {version}'s report template has no id {', '.join(map(repr, missing))}, by which the "
+                "plugin reads report.html back")
+    try:
+        tabs = read_back(page)
+    except Exception as error:
+        tabs = None
+        reason = f" ({error!r})"
+    else:
+        reason = ""
+    if tabs is None or [tuple(tab) for tab in tabs] != list(_PROBE_TABS):
+        return f"flyte {version}'s report page does not read back as the tabs it was rendered from{reason}"
+    return None
 
 
 def upload_error_document(error: BaseException, output_path: str, timeout_s: float | None = None) -> None:
