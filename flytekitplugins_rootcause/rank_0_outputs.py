@@ -23,6 +23,7 @@ from flytekitplugins_rootcause.exceptions import Rank0OutputsMissingError
 from rootcause_core.error_files import is_error_file_name
 from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_paths import base_name, join
+from rootcause_engine.agent.isolation_gate import FsspecBoard
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME, missing_outputs, wait_for_rank_0_outputs
 
@@ -47,6 +48,10 @@ class OutputPrefix:
         except FileNotFoundError:  # nothing was written under the prefix yet
             return False
         return any(is_error_file_name(base_name(str(name))) for name in names)
+
+    def board(self) -> FsspecBoard:
+        """The prefix as the isolation gate's third party (pods that lost each other post there)."""
+        return FsspecBoard(self.file_access.get_filesystem_for_path(self.prefix), self.prefix)
 
     def _uncached(self) -> fsspec.AbstractFileSystem:
         """The prefix's filesystem with its listings of the prefix forgotten: fsspec instances are

@@ -48,7 +48,7 @@ from torch.distributed.elastic.rendezvous import RendezvousError
 
 from flytekitplugins_rootcause.config import ElasticRootCause
 from flytekitplugins_rootcause.exceptions import RootCauseDetails, root_cause_error
-from flytekitplugins_rootcause.rank_0_outputs import rank_0_outputs_awaited
+from flytekitplugins_rootcause.rank_0_outputs import current_output_prefix, rank_0_outputs_awaited
 from flytekitplugins_rootcause.report import publish_readiness_deck, publish_restarts_deck, publish_timeline_deck
 from flytekitplugins_rootcause.upstream import task_readiness
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT, RunsPatchedEntrypoint
@@ -120,7 +120,9 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         readiness.announce()
         publish_readiness_deck(readiness)
         recording = RecordingTaskFunction(self.task_function, self._before_user_function())
-        launch = LaunchSession(self._launch_settings(readiness), error_of=root_cause_error)
+        output = current_output_prefix()
+        launch = LaunchSession(self._launch_settings(readiness), error_of=root_cause_error,
+                               board=None if output is None else output.board())
         with contextlib.ExitStack() as session, contextlib.ExitStack() as patches:
             # a pod without rank 0 leaves only once rank 0's pod wrote outputs.pb (after the session)
             rank_0_outputs = rank_0_outputs_awaited(launch.peers, self.task_config.rank_0_outputs_timeout_s)

@@ -74,12 +74,15 @@ def is_teardown_signal(name: str | None) -> bool:
 # The marker starts the report; flytekit's own formatting may put text before the report
 # ("Trace: ... Message: ... ElasticRootCauseError: USER:RuntimeError: error=[root cause] ..."),
 # so the first marker that starts a line or follows whitespace or "=" counts.
-_MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim|lost pod)\] ", re.IGNORECASE)
+_MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim|lost pod|lost link)\] ", re.IGNORECASE)
 _MARKERS = {Role.VICTIM: "[victim]", Role.LOST_PEER: "[lost pod]", Role.CANDIDATE: "[root cause]"}
 #: The roles whose document can name the job's root cause (a victim's never does): what a pod that
 #: leaves the answer to another pod waits for, in either flavour.
 NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
-_MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_PEER, "root cause": Role.CANDIDATE}
+_MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_PEER, "lost link": Role.LOST_PEER,
+                 "root cause": Role.CANDIDATE}
+#: The marker of a document written for a lost link (both ends alive): a lost peer's role, named so.
+LOST_LINK_MARKER = "[lost link]"
 
 
 def role_marker(role: Role) -> str:

@@ -86,9 +86,18 @@ class LostPeer:
     group_rank: int
     worker: str
     last_seen_ns: int | None
+    #: set when only the network link between this peer and the pod named here was lost: both
+    #: lived and reached as much of the rest of the world (an even split, ``rootcause_core.liveness``)
+    link_with: str | None = None
 
     def entry(self) -> list[object]:
-        return [self.group_rank, self.worker, self.last_seen_ns]
+        base: list[object] = [self.group_rank, self.worker, self.last_seen_ns]
+        return base if self.link_with is None else [*base, self.link_with]
+
+    def named(self) -> str:
+        """Who the verdict names: the lost pod, or both ends of a lost link (sorted: both ends'
+        documents say the same)."""
+        return self.worker if self.link_with is None else " and ".join(sorted((self.worker, self.link_with)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +182,13 @@ def describe_lost_peer(peer: LostPeer, *, noticed_ns: int, reported_by: str | No
     if peer.last_seen_ns is not None:
         seen = f"last seen alive at {_when(peer.last_seen_ns)}"
     by = f" (reported by {reported_by})" if reported_by else ""
+    if peer.link_with is not None:
+        return (
+            f"the network link between pod {peer.link_with} and pod {peer.worker} (group rank {peer.group_rank}) "
+            f"was lost at {_when(noticed_ns)}{by}: each lost its only peer while both lived and reached as much of "
+            f"the rest of the network, so neither is named lost; {peer.worker} was {seen}. Likely a network "
+            "policy, a route or a firewall between their nodes: check the network between them."
+        )
     return (
         f"pod {peer.worker} (group rank {peer.group_rank}) is lost: no error file from this pod; its peers "
         f"lost contact with it at {_when(noticed_ns)}{by}; {seen}. Likely a lost or frozen node, a network "
@@ -263,12 +279,13 @@ def lost_peer_from_entry(entry: object) -> LostPeer | None:
     """
     if (
         isinstance(entry, list)
-        and len(entry) == 3
+        and len(entry) in (3, 4)
         and _count(entry[0]) is not None
         and isinstance(entry[1], str)
         and (entry[2] is None or _is_ns(entry[2]))
+        and (len(entry) == 3 or isinstance(entry[3], str))
     ):
-        return LostPeer(entry[0], entry[1], entry[2])
+        return LostPeer(entry[0], entry[1], entry[2], entry[3] if len(entry) == 4 else None)
     return None
 
 

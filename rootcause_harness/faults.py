@@ -80,6 +80,10 @@ class FaultKind(enum.StrEnum):
     #: nothing closed, its processes run on; its kubelet reports nothing. Needs the job on a
     #: :class:`~rootcause_harness.netns.PodNetwork` (the simulator makes the cut)
     PARTITION = "partition"
+    #: the links between the pod and every other pod are cut, each way, while all still reach the
+    #: object store and the cluster's API (a network policy or a route between nodes): both sides
+    #: live and see each other fall silent. Needs a :class:`~rootcause_harness.netns.PodNetwork`
+    LINK_CUT = "link-cut"
     #: not a fault: the worker writes a large file for ``duration_s`` (a few MB a second, as to a slow
     #: network filesystem, with little CPU) while its peers wait, then trains on
     WRITE = "write"
@@ -141,6 +145,8 @@ LOST_NODE_FILE = "lost_node"
 PREEMPT_REQUEST_FILE = "preempt_pod"
 #: Written by the faulty worker of a ``PARTITION``: the simulator then cuts that pod off the network.
 PARTITION_REQUEST_FILE = "partition_pod"
+#: In front of the pod's name in that file for a ``LINK_CUT``: only its links to the others go.
+LINK_CUT_PREFIX = "links:"
 #: Written by the simulator once it cut a pod off: its kubelet is cut off too, and reports nothing.
 PARTITIONED_POD_FILE = "partitioned_pod"
 
@@ -480,8 +486,9 @@ def maybe_inject(step: int, pod: str, local_rank: int) -> None:
         if fault.kind == FaultKind.PREEMPT:
             ask_for_preemption(pod, fault.signals)
             return  # the worker goes on: the kubelet signals the pod's main process, not the workers
-        if fault.kind == FaultKind.PARTITION:
-            _write_atomically(_sim_dir() / PARTITION_REQUEST_FILE, pod)
+        if fault.kind in (FaultKind.PARTITION, FaultKind.LINK_CUT):
+            request = pod if fault.kind == FaultKind.PARTITION else f"{LINK_CUT_PREFIX}{pod}"
+            _write_atomically(_sim_dir() / PARTITION_REQUEST_FILE, request)
             return  # the worker goes on: the network goes, not the process
         if fault.kind == FaultKind.FREEZE:
             freeze_pod(pod)

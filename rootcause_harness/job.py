@@ -18,6 +18,7 @@ pods to :func:`run_pods`, which does what the training operator and Kubernetes d
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rootcause_harness.faults import FAULT_TIME_FILE, FAULT_VARIABLE, SIM_DIR_VARIABLE, Fault, ask_for_start_preemption
@@ -58,6 +59,15 @@ class JobShape:
     #: a pod killed by a signal (its node lost) is created again under its name after this many
     #: seconds, as the training operator recreates a failed pod of a PyTorchJob; ``None``: never
     reschedule_lost_after_s: float | None = None
+    #: variables of one pod's own, by pod name, on top of everything else (``benchmarks/chaos_soak.py``:
+    #: the steps of one pod's wall clock); none by default
+    extra_pod_env: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    #: each pod's command line wrapped, ``(name, args) -> args`` (the chaos soak: a pod in a pid
+    #: namespace of its own); ``None``: as is
+    pod_wrapper: Callable[[str, list[str]], list[str]] | None = None
+    #: called once every pod started, with each pod's name and main process id (the chaos soak
+    #: signals and inspects the pods while the job runs); ``None``: nobody is told
+    on_pods_started: Callable[[list[tuple[str, int]]], None] | None = None
 
     def pod_names(self) -> list[str]:
         return [f"{self.pod_name_prefix}-{index}" for index in range(self.nnodes)]
@@ -99,13 +109,19 @@ def run_pods(shape: JobShape, *, args: list[str], env: dict[str, str], sim_dir: 
         pod_env[FAULT_VARIABLE] = shape.fault.to_env()
     if shape.network is not None:
         pod_env["GLOO_SOCKET_IFNAME"] = POD_INTERFACE
+        pod_env |= shape.network.api_env()
 
     def start(name: str, log_path: Path) -> Pod:
         own_env = pod_env | {"FLYTE_INTERNAL_WORKER_NAME": name} | clock_env(shape.fault, name, pod_env)
+        own_env |= shape.extra_pod_env.get(name, {})
         own_args = args if shape.network is None else shape.network.command(name, args)
+        if shape.pod_wrapper is not None:
+            own_args = shape.pod_wrapper(name, own_args)
         return start_pod(own_args, own_env, name, log_path)
 
     pods = [start(name, sim_dir / f"{name}.log") for name in names]
+    if shape.on_pods_started is not None:
+        shape.on_pods_started([(name, proc.pid) for name, proc, _ in pods])
     ask_for_start_preemption(sim_dir, shape.fault)
     rescheduler = None
     if shape.reschedule_lost_after_s is not None:

@@ -8,7 +8,13 @@ while the pod's processes run on and see everyone else fall silent, the object s
 --uts``, resolved in every pod through ``/etc/netns/<ns>/hosts``) and one veth into a bridge whose
 address (:attr:`PodNetwork.gateway`) is where the test serves the object store. :meth:`PodNetwork.cut`
 detaches the pod's veth from the bridge and gives it a queue that holds no packet (``pfifo limit
-0``; the kernel here has no netem): silence, as a dead link gives.
+0``; the kernel here has no netem): silence, as a dead link gives. :meth:`PodNetwork.cut_links`
+cuts only the links between one pod and the others (a blackhole route each way, as a network
+policy or a route between two nodes does), the rest of the network still reached.
+
+The cluster's API endpoint, which every pod's environment names (``KUBERNETES_SERVICE_HOST``), is
+a listener on the gateway that accepts and closes connections (:meth:`PodNetwork.api_env`): what
+a pod that still reaches the control plane reaches.
 
 Needs root (tests skip without it). Every address is inside this machine: the bridge and the pods'
 namespaces are made here and removed on exit, even when the test fails.
@@ -21,7 +27,9 @@ import dataclasses
 import os
 import secrets
 import shutil
+import socket
 import subprocess
+import threading
 from pathlib import Path
 
 #: Where ``ip netns exec`` finds a namespace's own ``/etc`` files (bind-mounted over ``/etc``).
@@ -65,12 +73,16 @@ class PodNetwork:
         self.bridge = f"rcb{suffix}"
         self.gateway = f"{self._prefix}.1"
         self.pods: dict[str, PodHost] = {}
+        self._api: socket.socket | None = None
 
     def __enter__(self) -> PodNetwork:
         try:
             _run("ip", "link", "add", self.bridge, "type", "bridge")
             _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
+            self._api = socket.create_server((self.gateway, 0))
+            threading.Thread(target=_accept_and_close, args=(self._api,), name="netns-api-endpoint",
+                             daemon=True).start()
         except BaseException:
             self.close()
             raise
@@ -112,6 +124,20 @@ class PodNetwork:
         return ["ip", "netns", "exec", host.namespace, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
                 host.name, *args]
 
+    def api_env(self) -> dict[str, str]:
+        """The variables through which every pod finds the cluster's API endpoint."""
+        assert self._api is not None, "the network is not entered"
+        return {"KUBERNETES_SERVICE_HOST": self.gateway, "KUBERNETES_SERVICE_PORT": str(self._api.getsockname()[1])}
+
+    def cut_links(self, name: str) -> None:
+        """Pod ``name`` and every other pod lose each other, each way; the gateway (the object store,
+        the API endpoint) is still reached by all."""
+        host = self.pods[name]
+        for other in self.pods.values():
+            if other.name != name:
+                _run("ip", "netns", "exec", host.namespace, "ip", "route", "add", "blackhole", f"{other.address}/32")
+                _run("ip", "netns", "exec", other.namespace, "ip", "route", "add", "blackhole", f"{host.address}/32")
+
     def cut(self, name: str) -> None:
         """Pod ``name`` loses the network: every packet either way is dropped, nothing is closed."""
         host = self.pods[name]
@@ -128,3 +154,15 @@ class PodNetwork:
             shutil.rmtree(NETNS_ETC / pod.namespace, ignore_errors=True)
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             _run("ip", "link", "del", self.bridge)
+        if self._api is not None:
+            self._api.close()
+
+
+def _accept_and_close(listener: socket.socket) -> None:
+    """The API endpoint: each connection is accepted and closed (reached is all a pod asks)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # closed with the network
+            return
+        conn.close()

@@ -27,6 +27,7 @@ from rootcause_harness.faults import (
     FAULTY_POD_FILE,
     FROZEN_POD_FILE,
     LOST_NODE_FILE,
+    LINK_CUT_PREFIX,
     PARTITION_REQUEST_FILE,
     PARTITIONED_POD_FILE,
     PREEMPT_REQUEST_FILE,
@@ -223,6 +224,9 @@ class PodWatch:
         (self.sim_dir / PARTITION_REQUEST_FILE).unlink(missing_ok=True)
         if self.network is None:
             raise RuntimeError("a partition fault needs the job on a PodNetwork (rootcause_harness.netns)")
+        if pod.startswith(LINK_CUT_PREFIX):  # its node and kubelet live on: its exit is reported
+            self.network.cut_links(pod.removeprefix(LINK_CUT_PREFIX))
+            return
         self.network.cut(pod)
         (self.sim_dir / PARTITIONED_POD_FILE).write_text(pod)
 

@@ -45,7 +45,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from flytekitplugins_rootcause.exceptions import RootCauseDetails
 from rootcause_core.error_files import ListingKey, keyed_file_name, listing_key_for_container, per_worker_stem
 from rootcause_core.ordering import Role
-from rootcause_core.roles import role_from_marker, role_marker
+from rootcause_core.roles import LOST_LINK_MARKER, role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 from rootcause_core.testimony import (
     LostPeer,
@@ -233,8 +233,9 @@ def lost_peer_documents(
     for peer in lost:
         said = for_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter, members=tuple(members))
         described = describe_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter)
+        marker = role_marker(Role.LOST_PEER) if peer.link_with is None else LOST_LINK_MARKER
         plan = ErrorDocumentPlan(
-            message=_testified(f"{role_marker(Role.LOST_PEER)} {described}", said),
+            message=_testified(f"{marker} {described}", said),
             timestamp=to_protobuf(said.stamped_ns() or noticed_ns),
             testimony=said,
         )
@@ -244,7 +245,7 @@ def lost_peer_documents(
             kind=errors_pb2.ContainerError.RECOVERABLE,
             origin=execution_pb2.ExecutionError.SYSTEM,
             timestamp=plan.timestamp,
-            worker=display_worker_name(peer.worker),
+            worker=display_worker_name(peer.named()),
         )
         data = errors_pb2.ErrorDocument(error=container).SerializeToString()
         documents.append(LostPeerDocument(peer.worker, plan, data))

@@ -14,6 +14,7 @@ import fsspec
 from flyte import storage
 
 from rootcause_core.error_files import ERROR_FILE_NAME
+from rootcause_engine.agent.isolation_gate import FsspecBoard
 from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME
 
 #: Bytes read from an ``error.pb`` at most: a document of this plugin is far smaller (its message is
@@ -44,6 +45,10 @@ class ActionOutputs:
             return bytes(fs.cat_file(path))
         except FileNotFoundError:
             return None
+
+    def board(self) -> FsspecBoard:
+        """The path as the isolation gate's third party (pods that lost each other post there)."""
+        return FsspecBoard(storage.get_underlying_filesystem(path=self.output_path), self.output_path)
 
     def _exists(self, name: str) -> bool:
         self._forgetful_filesystem()

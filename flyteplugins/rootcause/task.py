@@ -53,6 +53,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from flyteplugins.rootcause.action_outputs import ActionOutputs
 from flyteplugins.rootcause.config import ElasticRootCause
 from flyteplugins.rootcause.exceptions import AgentHungError, root_cause_error
 from flyteplugins.rootcause.rank_0_outputs import await_rank_0_outputs
@@ -145,6 +146,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
             launch = LaunchSession(
                 self._launch_settings(readiness),
                 error_of=lambda diagnosis: _job_error(diagnosis, launch.peers, self, launch.settings.notes),
+                board=ActionOutputs(tctx.output_path).board() if tctx.output_path else None,
             )
             scratch_dir = tempfile.TemporaryDirectory(prefix="rootcause-straggler-")
             with contextlib.ExitStack() as session, scratch_dir as scratch:

@@ -50,6 +50,7 @@ from rootcause_engine.agent.diagnosis.pod_failures import (
 )
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings, hang_watch_running
+from rootcause_engine.agent.isolation_gate import ContactBoard
 from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
 from rootcause_engine.agent.launch_record import record_launch
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -162,7 +163,10 @@ class LaunchSession:
         *,
         error_of: Callable[[Diagnosis], BaseException],
         pod_stop: PodStopNotice = POD_STOP,
+        board: ContactBoard | None = None,
     ) -> None:
+        """``board``: the task's output prefix in the object store, the isolation gate's third party
+        (:mod:`.isolation_gate`); ``None`` in a local run."""
         self.settings = settings
         self.error_of = error_of
         self.peers = PeerWatch(
@@ -170,6 +174,7 @@ class LaunchSession:
             hosts_store=this_agent_hosts_rendezvous,
             silence_limit_s=settings.lost_after_s,
             interval_s=settings.heartbeat_interval_s,
+            board=board,
         )
         self._stack = contextlib.ExitStack()
         #: the kubelet's SIGTERMs to this pod (:mod:`.termination`): the process's one notice
@@ -319,7 +324,7 @@ class LaunchSession:
         soft = self.soft
         if soft is not None and (earlier := history_note(soft)):
             notes = (*notes, earlier)
-        notes = (*notes, *self.settings.notes)
+        notes = (*notes, *self.settings.notes, *self._thread_notes())
         return diagnose(
             record_launch(self._observer(), child_failed),
             trigger=trigger,
@@ -330,6 +335,12 @@ class LaunchSession:
             pod_failures=pod_failures,
             hung=self._hung(),
         )
+
+    def _thread_notes(self) -> tuple[str, ...]:
+        """What this pod's own watchers lost to errors nobody expected (:mod:`rootcause_engine.thread_guard`):
+        a look that failed, or a thread that died, said in the report rather than left silent."""
+        owners = (self.watchdog, self.hang_watch, self.observer.watcher if self.observer is not None else None)
+        return tuple(note for owner in owners if owner is not None and (note := owner.note()))
 
     def _hung(self) -> dict[int, HangVerdict]:
         """The ranks the hang watch named (by pid), for the diagnosis."""
@@ -411,7 +422,8 @@ class LostPeerHandler:
 
     def __call__(self, lost: tuple[LostPeer, ...]) -> None:
         hosts = store_host_ranks(self.peers)
-        if self.soft is not None and not any(peer.group_rank in hosts for peer in lost):
+        # a lost link is no lost pod: both ends live, and two worlds going on alone would split the job
+        if self.soft is not None and not any(peer.group_rank in hosts or peer.link_with for peer in lost):
             self.soft.peers_lost(lost)
             return
         if not self.ended:

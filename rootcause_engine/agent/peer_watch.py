@@ -74,11 +74,11 @@ bad value is logged once and ignored.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,11 +87,12 @@ from typing import Any, TypeVar
 from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, SILENCE_LIMIT_S, cut_off
+from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, SILENCE_LIMIT_S
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
-from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, answers, hub_note, link_hub, probe
+from rootcause_engine.agent.isolation_gate import ContactBoard, IsolationGate, Suspect, api_endpoint
+from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, answers, hub_note, link_hub
 from rootcause_engine.agent.round_ledger import RoundLedger
 from rootcause_engine.agent.store_values import StoreCall, time_value
 from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
@@ -117,15 +118,6 @@ LINK_CONFIRM_BEATS = 2
 _BEATS_PROVING_LIFE = 2
 
 
-def _probe_all(endpoints: list[LinkEndpoint]) -> int:
-    """How many of ``endpoints`` greet a fresh connection, probed at once."""
-    if not endpoints:
-        return 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(endpoints),
-                                               thread_name_prefix="rootcause-probe") as pool:
-        return sum(pool.map(probe, endpoints))
-
-
 #: What the store raises when it cannot be reached (torch's ``DistError`` family is ``RuntimeError``).
 _STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
@@ -148,7 +140,7 @@ class _Round:
     """One rendezvous round's store and what this agent learned in it."""
 
     def __init__(self, joined: JoinedRound, own: Member, store: BoundedStore,
-                 call: Callable[[_Round], StoreCall]) -> None:
+                 call: Callable[[_Round], StoreCall], gate: IsolationGate) -> None:
         self.store: Any = store
         self.world_size = joined.group_world_size
         self.own = own
@@ -175,6 +167,8 @@ class _Round:
         #: the isolation rule's witnesses: the link endpoints of the few peers after this pod, taken
         #: from their ``join`` while the store answers (a cut-off pod cannot read them then)
         self.witnesses: dict[int, LinkEndpoint] = {}
+        #: the isolation gate every verdict of this round passes (:mod:`.isolation_gate`)
+        self.gate = gate
         #: when this pod found itself cut off from the others (its own clock), if it did
         self.cut_off_ns: int | None = None
         self.cut_off_reason = ""
@@ -193,14 +187,17 @@ class PeerWatch:
         silence_limit_s: float | None = SILENCE_LIMIT_S,
         store_timeout_s: float | None = None,
         links: bool = True,
+        board: ContactBoard | None = None,
     ) -> None:
         """``lost_after_s``: how long the failure path watches for a peer's heartbeat (a suspicion is
         already there); ``silence_limit_s``: how long a healthy job's peer may be silent before it is
         declared lost (``None``: no liveness watch while healthy); ``store_timeout_s``: the deadline
         of each store operation (default: ``silence_limit_s``, else 30 s); ``links``: also hold a
         connection to the watched peer (:mod:`.peer_link`), so that a peer whose processes ended is
-        found at once rather than after ``silence_limit_s``."""
+        found at once rather than after ``silence_limit_s``; ``board``: the object store, the third
+        party of an even split (:mod:`.isolation_gate`)."""
         self.worker = worker
+        self.board = board
         self._hosts_store = hosts_store
         self.interval_s = interval_s
         self.lost_after_s = lost_after_s
@@ -237,14 +234,16 @@ class PeerWatch:
         self.close()  # the previous round's store client is not used again
         first = min(joined.global_ranks, default=0)
         own = Member(joined.group_rank, self.worker, first, len(joined.global_ranks), self._safe_hosts_store())
-        current = _Round(joined, own, BoundedStore(joined.store, self.store_timeout_s), self._round_call)
+        gate = IsolationGate(self.worker, contact=secrets.token_hex(8), board=self.board,
+                             wait_s=self.silence_limit_s or self.lost_after_s, api=api_endpoint())
+        current = _Round(joined, own, BoundedStore(joined.store, self.store_timeout_s), self._round_call, gate)
         with self._lock:
             self._round = current
         if joined.group_world_size < 2:
             return  # a pod alone has no peer to watch or to be watched by: no thread, no store traffic
         self._call(current, "set", alive_key(own.group_rank), str(time.time_ns()))
         endpoint = self._listen(joined.store)
-        self._guarded(current, lambda _: current.ledger.join(own, endpoint))
+        self._guarded(current, lambda _: current.ledger.join(own, endpoint, gate.contact))
         self._thread = start_guarded(lambda: self._run(current), name="rootcause-peer-watch",
                                      on_death=lambda error: self._watch_died(current, error))
 
@@ -427,7 +426,7 @@ class PeerWatch:
         last_seen = {rank: current.store_answered_ns if store_gone else baseline.get(rank) for rank in pending}
         found = self._accuse(current, {
             rank: LostPeer(rank, self._member(current, rank).worker, last_seen[rank]) for rank in pending
-        }, publish=False)
+        }, publish=False, block=True) or {}
         current.lost |= set(found) | set(judged)
         found.update(
             (rank, dataclasses.replace(peer, worker=self._member(current, rank).worker,
@@ -540,6 +539,8 @@ class PeerWatch:
             return  # its agent's process lives: the silence limit judges it, from its last beat
         verdict = LostPeer(rank, self._member(current, rank).worker, current.watched_beat)
         found = self._accuse(current, {rank: verdict}, publish=True)
+        if found is None:
+            return  # the gate awaits a third party: looked at again at the next beat
         if not found:
             current.watched_since = now  # looked at again after another silence limit
             return
@@ -649,6 +650,8 @@ class PeerWatch:
             if rank != current.own.group_rank and rank not in current.verdicts
         }
         found = self._accuse(current, accused, publish=False)  # the store is gone: nowhere to publish
+        if found is None:
+            return  # the gate awaits a third party: looked at again at the next beat
         if accused and not found:
             current.store_silent_since = time.monotonic()  # looked at again after another silence limit
             return
@@ -675,37 +678,40 @@ class PeerWatch:
             if link is not None:
                 current.witnesses[rank] = link
 
-    def _accuse(self, current: _Round, accused: dict[int, LostPeer], *, publish: bool) -> dict[int, LostPeer]:
+    def _accuse(self, current: _Round, accused: dict[int, LostPeer], *, publish: bool,
+                block: bool = False) -> dict[int, LostPeer] | None:
         """The one gate of every lost-pod verdict, on every road (the healthy job's watch of its
-        successor, a store that stopped answering, the failure path's search): ``accused`` as
-        found, or nothing when this pod is the one cut off (:meth:`_cut_off`: an isolated pod does
-        not accuse, the others name it). With ``publish``, the verdicts are appended to the
-        round's ledger, for every pod (a failed append: this pod acts on them all the same)."""
-        if not accused or self._cut_off(current, set(accused)):
+        successor, a store that stopped answering, the failure path's search): the accused the
+        isolation gate (:mod:`.isolation_gate`) lets this pod name, those of whom only the link with
+        this pod was lost marked so (``link_with``); nothing when this pod is the one cut off; ``None``
+        while the gate awaits a third party's word (unless ``block``). With ``publish``, the
+        verdicts on lost pods are appended to the round's ledger, for every pod (a failed append:
+        this pod acts on them all the same); a lost link concerns this pod alone."""
+        if not accused:
             return {}
+        joined = current.ledger.joined()
+        suspects = {rank: Suspect(peer.worker, joined[rank].contact if rank in joined else None)
+                    for rank, peer in accused.items()}
+        witnesses = [endpoint for rank, endpoint in sorted(current.witnesses.items())
+                     if rank not in accused and rank not in current.verdicts and rank != current.own.group_rank]
+        answer = current.gate.judge(suspects, witnesses[:ISOLATION_WITNESSES], block=block)
+        if answer.pending:
+            return None
+        if answer.cut_off is not None:
+            if current.cut_off_ns is None:
+                current.cut_off_ns = time.time_ns()
+                logger.error("peer watch: %s", answer.cut_off)
+            current.cut_off_reason = answer.cut_off
+            return {}
+        found = {rank: peer for rank, peer in accused.items() if rank in answer.lost}
         if publish:
-            for peer in accused.values():
+            for peer in found.values():
                 self._guarded(current, lambda _, peer=peer: current.ledger.lost(peer))
-        return dict(accused)
-
-    def _cut_off(self, current: _Round, accused: set[int]) -> bool:
-        """Whether this pod is the one cut off, by the isolation rule
-        (:func:`rootcause_core.liveness.cut_off`): the witnesses not accused are probed directly,
-        each on its own thread, within one probe's timeout."""
-        candidates = [endpoint for rank, endpoint in sorted(current.witnesses.items())
-                      if rank not in accused and rank not in current.verdicts and rank != current.own.group_rank]
-        candidates = candidates[:ISOLATION_WITNESSES]
-        reached = _probe_all(candidates)
-        if not cut_off(accused=len(accused), witnesses=len(candidates), reached=reached):
-            return False
-        names = ", ".join(self._member(current, rank).worker for rank in sorted(accused))
-        reason = (f"{names} fell silent and this pod reached {reached} of the {len(candidates)} other peers it "
-                  "probed directly: this pod is the one cut off from the network, so it declares no one lost")
-        if current.cut_off_ns is None:
-            current.cut_off_ns = time.time_ns()
-            logger.error("peer watch: %s", reason)
-        current.cut_off_reason = reason
-        return True
+        for rank in answer.links:
+            found[rank] = dataclasses.replace(accused[rank], link_with=current.own.worker)
+            logger.error("peer watch: only the network link between this pod and %s (group rank %d) was lost: both "
+                         "live and reach as much; both are named", accused[rank].worker, rank)
+        return found
 
     def cut_off_note(self) -> str | None:
         """For the report, what happened to this pod's own watch: it found itself cut off from its

@@ -51,6 +51,8 @@ class Joined:
 
     member: Member
     link: LinkEndpoint | None
+    #: the name its isolation gate posts its contact under (``None``: it has none)
+    contact: str | None = None
 
 
 class RoundLedger:
@@ -70,8 +72,8 @@ class RoundLedger:
 
     # --- writing: this pod's own events, and its verdicts ----------------------------------------
 
-    def join(self, member: Member, link: LinkEndpoint | None) -> None:
-        data = {"member": member.entry(), "link": None if link is None else link.to_text()}
+    def join(self, member: Member, link: LinkEndpoint | None, contact: str | None = None) -> None:
+        data = {"member": member.entry(), "link": None if link is None else link.to_text(), "contact": contact}
         self._append(JOIN, member.group_rank, member.worker, data=data)
 
     def failed(self, stalled: CollectivePosition | None) -> None:
@@ -117,8 +119,11 @@ class RoundLedger:
             member = member_from_entry(data.get("member"))
             if member is None or member.group_rank != event.rank:
                 continue
-            link_text = as_str(data.get("link"))
-            found[event.rank] = Joined(member, None if link_text is None else LinkEndpoint.from_text(link_text))
+            link_text, contact = as_str(data.get("link")), as_str(data.get("contact"))
+            if contact is not None and not (contact.isascii() and contact.isalnum() and len(contact) <= 64):
+                contact = None  # a name that is no token is never a path under the output prefix
+            found[event.rank] = Joined(member, None if link_text is None else LinkEndpoint.from_text(link_text),
+                                       contact)
         return found
 
     def failed_ranks(self) -> frozenset[int]:

@@ -55,6 +55,7 @@ from typing import Any
 from rootcause_core.liveness import SILENCE_LIMIT_S
 from rootcause_engine.agent.bounded_store import BoundedStore
 from rootcause_engine.agent.event_log import Event, EventLog
+from rootcause_engine.agent.isolation_gate import api_endpoint, may_name_missing
 from rootcause_engine.agent.store_values import (
     MAX_COUNT,
     as_dict,
@@ -399,6 +400,11 @@ class SoftWorld:
 
     def _give_up_on_missing(self, world: World, arrivals: list[str]) -> None:
         missing = [node for node, key in zip(world.members, arrivals, strict=True) if not self._call("check", [key])]
+        refused = may_name_missing(missing=len(missing), arrived=len(world.members) - len(missing) - 1,
+                                   api=api_endpoint())
+        if refused is not None:  # the isolation gate: a cut-off node writes no verdict, even into its own store
+            logger.error("soft restart: nodes %s never arrived at world %d, but %s", missing, world.version, refused)
+            return
         logger.warning("soft restart: nodes %s never arrived at world %d: going on without them", missing,
                        world.version)
         last = 0

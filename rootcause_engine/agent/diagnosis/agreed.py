@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rootcause_core.ordering import Role, TimeSource, order_failures
-from rootcause_core.roles import role_marker
+from rootcause_core.roles import LOST_LINK_MARKER, role_marker
 from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, lost_peer_from_entry, member_from_entry
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
@@ -197,7 +197,7 @@ def agreed_report(
         head = lost[0]
         sections.append(_lost_pod_line(head, members.get(head.worker), noticed))
         sections.append(format_root_cause_message(failures).replace(role_marker(Role.VICTIM), "victim:", 1))
-        worker, rank, at = head.worker, _first_rank(members.get(head.worker)), head.last_seen_ns or noticed
+        worker, rank, at = head.named(), _first_rank(members.get(head.worker)), head.last_seen_ns or noticed
         recoverable = True
     else:
         sections.append(format_root_cause_message(failures))
@@ -238,6 +238,11 @@ def _lost_pod_line(peer: LostPeer, member: Member | None, noticed_ns: int | None
     """The first line for a lost pod: marker, its ranks, when it was last seen, what is known."""
     ranks = "rank ?" if member is None else _ranks(member)
     at = peer.last_seen_ns if peer.last_seen_ns is not None else noticed_ns
+    if peer.link_with is not None:
+        return (
+            f"{LOST_LINK_MARKER} the network link between {peer.link_with} and {peer.worker} ({ranks}, group rank "
+            f"{peer.group_rank}) was lost at {format_time(noticed_ns)}: both pods lived and each lost its only peer"
+        )
     return (
         f"{role_marker(Role.LOST_PEER)} {ranks} (group rank {peer.group_rank}) on worker {peer.worker} "
         f"failed at {format_time(at)} (last seen alive): the pod wrote nothing and every other pod lost it"
