@@ -42,12 +42,20 @@ class PodStopNotice:
         self.count = 0
         self.on_first: Callable[[int], None] | None = None
         self.installed = False
+        #: the process that installed it: a worker forked from it inherits the handler, not the notice
+        self._owner_pid: int | None = None
 
     @property
     def received(self) -> bool:
         return self.received_ns is not None
 
     def __call__(self, signum: int, frame: Any) -> None:
+        if self._owner_pid is not None and os.getpid() != self._owner_pid:
+            # a worker forked from the pod's main process (torch's ``fork`` start method): the agent's
+            # teardown SIGTERMs it, and it must end as a plain process would, not note it and live on
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self.count += 1
         first = self.received_ns is None
         if first:
@@ -65,6 +73,7 @@ class PodStopNotice:
             return False
         signal.signal(signal.SIGTERM, self)
         self.installed = True
+        self._owner_pid = os.getpid()
         return True
 
     def release(self) -> None:

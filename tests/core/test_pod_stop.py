@@ -34,6 +34,29 @@ def test_a_noted_sigterm_ends_the_process_as_python_would_once_released() -> Non
     assert "noted" in done.stdout and "still alive" not in done.stdout, done
 
 
+def test_a_worker_forked_from_the_pods_main_process_ends_at_a_sigterm_even_after_the_pod_noted_one() -> None:
+    """torch's ``fork`` start method: the worker inherits the handler; the agent's teardown SIGTERM
+    must end it (as a plain process), not be noted in the worker's copy of the notice."""
+    done = _run("""
+        import os, signal, time
+        from rootcause_core.pod_stop import POD_STOP
+        POD_STOP.install()
+        os.kill(os.getpid(), signal.SIGTERM)   # the pod noted one already: later ones are only counted
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(0.2)
+        started = time.monotonic()
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        print(os.WIFSIGNALED(status) and os.WTERMSIG(status), round(time.monotonic() - started))
+        assert POD_STOP.count == 1
+    """)
+    assert done.returncode == 0, done
+    assert done.stdout.split() == [str(int(signal.SIGTERM)), "0"], done
+
+
 def test_the_first_sigterm_is_acted_on_once_and_later_ones_only_counted() -> None:
     acted: list[int] = []
     notice = PodStopNotice()
