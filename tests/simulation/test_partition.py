@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flyteidl2.core import execution_pb2
 from flytekit.core.base_task import PythonTask
 
 from backend_reader import RemoteFileOutputReader
@@ -23,6 +24,7 @@ from rootcause_harness.flyte2 import training as flyte2_training
 from rootcause_harness.flyte2.console import console_at_decision as flyte2_console
 from rootcause_harness.flyte2.job import JobSpec as Flyte2JobSpec
 from rootcause_harness.flyte2.job import run_job as run_flyte2_job
+from rootcause_harness.flyte2.verdict import rootcause_verdict
 from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobSpec, StoreAccess, run_job
 from rootcause_harness.flytekit.training import train_2x2, train_3x1
@@ -151,3 +153,29 @@ def test_two_pods_that_lose_only_the_link_between_them_both_name_the_link(tmp_pa
         assert len(named) <= 1, (named, logs)  # the other end's document, if it wrote before the deletion
     documents = [path.read_bytes() for path in store.rglob("error-train-worker-*.rc1l*.pb")]
     assert documents and all(b"[lost pod]" not in data for data in documents), logs
+
+
+@pytest.mark.parametrize("cut", ["train-worker-0", "train-worker-1"], ids=["store-host", "other"])
+def test_flyte_2_two_pods_one_cut_off_never_names_the_healthy_one(tmp_path: Path, cut: str) -> None:
+    """Flyte 2, 2 x 2, one pod's network cut while the action's bucket is a shared folder both still
+    write: ``error.pb`` at the operator's decision names the cut-off pod, never the healthy one."""
+    healthy = "train-worker-1" if cut == "train-worker-0" else "train-worker-0"
+    with netns.PodNetwork() as network:
+        spec = Flyte2JobSpec(task=flyte2_training.train_2x2, nnodes=2, nproc_per_node=2, root=tmp_path / "bucket",
+                             fault=Fault(FaultKind.PARTITION, pod=cut, step=3), network=network,
+                             termination_grace_s=5, delete_after_decision_s=1, timeout_s=180)
+        result = run_flyte2_job(spec, work_dir=tmp_path / "pods")
+    logs = f"pod logs in {result.sim_dir}"
+    view = flyte2_console(result)
+    assert result.operator.phase == JobPhase.SUCCEEDED and result.operator.pod == healthy, (result.operator, logs)
+    assert (view.outcome, view.worker) == ("error", cut), (view, logs)
+    # after the last pod's exit too: the cut-off pod, which still writes the bucket, wrote no error.pb naming its peer
+    last = [_named_by_error_pb(path) for path in (tmp_path / "bucket").rglob("error.pb")]
+    assert last and healthy not in last, (last, logs)
+
+
+def _named_by_error_pb(path: Path) -> str | None:
+    """The pod a Flyte 2 ``error.pb`` names, as the UI reads it."""
+    document = execution_pb2.ErrorDocument()
+    document.ParseFromString(path.read_bytes())
+    return rootcause_verdict(document.error.message)[0]
