@@ -180,3 +180,180 @@ def test_measured_has_one_row_per_benchmark_with_its_command() -> None:
         reproduces = name in command if name == "make test" else re.search(rf"benchmarks[./]{name}\b", command)
         assert reproduces, f"the {name!r} row's last cell must be the command that measures it: {command!r}"
     assert sorted(named) == sorted(expected)
+
+
+#: The README is a five-minute read: what the plugin is, install, use (both flavours), what a failure
+#: looks like, the two commands, links. Details live in ``docs/``.
+README_MAX_WORDS = 1200
+README_MAX_PARAGRAPH_WORDS = 120
+README_MAX_LINE_CHARS = 120
+
+
+def prose(text: str) -> list[tuple[int, str]]:
+    """(line number, line) for every line outside fenced code blocks (the fences themselves dropped)."""
+    lines, fenced = [], False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def is_table_row(line: str) -> bool:
+    return line.lstrip().startswith("|")
+
+
+def word_count(text: str) -> int:
+    """Words outside fenced code blocks: headings, prose, lists and tables all count; Markdown's own marks
+    (a list's ``-``, a table's ``|``) do not."""
+    return sum(len(re.findall(r"\S*\w\S*", line)) for _, line in prose(text))
+
+
+def paragraphs(text: str) -> list[tuple[int, str]]:
+    """(first line, text) of each paragraph outside code: runs of lines up to a blank line, a heading, a
+    table or the next list item (each item is a paragraph of its own)."""
+    found: list[tuple[int, list[str]]] = []
+    current: list[str] | None = None
+    for number, line in prose(text):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or is_table_row(line):
+            current = None
+            continue
+        if current is None or re.match(r"(?:[-*+]|\d+\.)\s", stripped):
+            current = []
+            found.append((number, current))
+        current.append(stripped)
+    return [(number, " ".join(lines)) for number, lines in found]
+
+
+def test_the_readme_is_a_five_minute_read() -> None:
+    """At most 1,200 words outside code blocks; what does not fit belongs in ``docs/``."""
+    words = word_count(README.read_text())
+    assert words <= README_MAX_WORDS, f"README.md has {words} words outside code blocks"
+
+
+def test_no_readme_paragraph_is_a_wall_of_text() -> None:
+    """No README paragraph (or list item) over 120 words."""
+    long = [f"README.md:{number}: {len(paragraph.split())} words: {paragraph[:80]!r}"
+            for number, paragraph in paragraphs(README.read_text())
+            if len(paragraph.split()) > README_MAX_PARAGRAPH_WORDS]
+    assert long == []
+
+
+def test_no_readme_line_is_over_120_characters_outside_code_and_tables() -> None:
+    """Prose lines wrap; code blocks and table rows may be as long as they need."""
+    long = [f"README.md:{number}: {len(line)} characters" for number, line in prose(README.read_text())
+            if len(line) > README_MAX_LINE_CHARS and not is_table_row(line)]
+    assert long == []
+
+
+def test_the_readme_limits_measure_what_they_say() -> None:
+    """Code blocks are left out of every limit, tables out of the line limit, and list items are paragraphs."""
+    text = "\n".join([
+        "# Title",
+        "",
+        "one two three",
+        "four",
+        "",
+        "```bash",
+        "make demo   # " + "x " * 200,
+        "```",
+        "",
+        "| a | " + "cell " * 100 + "|",
+        "|---|---|",
+        "",
+        "- first item",
+        "  continued",
+        "- second item",
+    ])
+    assert word_count(text) == 1 + 4 + 101 + 3 + 2  # "#", "|" and "-" are no words
+    assert [number for number, _ in paragraphs(text)] == [3, 13, 15]
+    assert paragraphs(text)[1][1] == "- first item continued"
+    long = [number for number, line in prose(text) if len(line) > README_MAX_LINE_CHARS and not is_table_row(line)]
+    assert long == []
+
+
+def test_the_readmes_two_commands_are_the_makefiles() -> None:
+    """The README's ``make demo`` and ``make test`` are the Makefile's targets that CI runs (``.ci/run``)."""
+    readme = README.read_text()
+    assert "\nmake demo   # " in readme and "\nmake test   # " in readme
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo: ", makefile, re.MULTILINE) and re.search(r"^test: ", makefile, re.MULTILINE)
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped (``_`` and ``-`` kept), spaces to ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(document: Path) -> set[str]:
+    """Every heading's anchor in a Markdown file (a repeated heading gets ``-1``, ``-2``, ... as on GitHub)."""
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for _, line in prose(document.read_text()):
+        heading = re.match(r"#{1,6}\s+(.*)", line)
+        if heading:
+            anchor = github_anchor(heading.group(1))
+            found.add(anchor if anchor not in seen else f"{anchor}-{seen[anchor]}")
+            seen[anchor] = seen.get(anchor, 0) + 1
+    return found
+
+
+ANCHOR_CHECKED_FILES = MARKDOWN_FILES
+
+
+@pytest.mark.parametrize("document", ANCHOR_CHECKED_FILES, ids=relative)
+def test_every_anchor_the_docs_link_to_exists(document: Path) -> None:
+    """A link to a section (``settings.md#lost_after_s-...``) lands on it, after any move or rename."""
+    broken = []
+    for number, line in prose(document.read_text()):
+        for match in MARKDOWN_LINK.finditer(line):
+            target = match.group(1)
+            if "#" not in target or re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue
+            path, anchor = target.split("#", 1)
+            linked = document.parent / path if path else document
+            if linked.is_file() and anchor not in anchors(linked):
+                broken.append(f"{relative(document)}:{number}: {target}")
+    assert broken == []
+
+
+REPOSITORY_URL = "https://github.com/flyteorg/flytekitplugins-rootcause"
+DISTRIBUTION_READMES = sorted((ROOT / "distributions").glob("*README*.md")) + sorted(
+    (ROOT / "distributions").glob("*/README.md"))
+
+
+@pytest.mark.parametrize("document", DISTRIBUTION_READMES, ids=relative)
+def test_distribution_readmes_link_only_to_the_web(document: Path) -> None:
+    """A distribution's README is its page on a package index, where a relative link leads nowhere: every
+    link is absolute, one into this repository names a file (and section) that exists, and a shipped
+    distribution's page names no checkout-only command (``tests/test_wheels.py`` checks the built wheels)."""
+    assert len(DISTRIBUTION_READMES) >= 6  # the flytekit plugin's and each distribution's own
+    text = document.read_text()
+    wrong = []
+    for number, line in prose(text):
+        for target in MARKDOWN_LINK.findall(line) + re.findall(r"<(https?://[^>\s]+)>", line):
+            if not target.startswith("https://"):
+                wrong.append(f"{relative(document)}:{number}: {target} (not absolute)")
+                continue
+            if not target.startswith(REPOSITORY_URL):
+                continue
+            rest = target[len(REPOSITORY_URL):]
+            path, _, anchor = rest.partition("#")
+            if path in ("", "/"):
+                linked = README
+            elif path.startswith("/blob/main/"):
+                linked = ROOT / path.removeprefix("/blob/main/")
+            else:
+                continue
+            if not linked.is_file():
+                wrong.append(f"{relative(document)}:{number}: {target} (no such file)")
+            elif anchor and anchor != "readme" and anchor not in anchors(linked):
+                wrong.append(f"{relative(document)}:{number}: {target} (no such section)")
+    repo_only = ["](./", "](docs/", "](../"]
+    if document.parent.name != "rootcause-harness":  # never published: it may name the Makefile's commands
+        repo_only += ["make demo", "make test", ".venv/"]
+    wrong += [f"{relative(document)}: {written!r}" for written in repo_only if written in text]
+    assert wrong == []
