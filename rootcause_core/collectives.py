@@ -41,12 +41,20 @@ TIMEOUT_PATTERNS: tuple[str, ...] = ("timed out", "timeout")
 INIT_OP = "init_process_group"
 #: The operations of point-to-point positions (the blocking calls a worker records: isend and irecv are not).
 POINT_TO_POINT_OPS: tuple[str, ...] = ("send", "recv")
+#: The latest monotonic reading a file may hold (ns: an int64, as the kernel's clock counts).
+MAX_MONO_NS = 2**63 - 1
 #: Awaited ranks kept from one entry at most (entries cross the store and error files: hostile input).
 _MAX_AWAITED = 64
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_mono_ns(value: object) -> bool:
+    """``value`` is a reading of ``time.monotonic_ns()``: an int (JSON's ASCII digits, no bool) in
+    ``[0, 2**63 - 1]``, so that no difference of two overflows what the agent computes with."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_MONO_NS
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -56,9 +64,15 @@ class CollectivePosition:
     pg: str
     seq: int
     op: str = ""
+    #: when it was entered, on the wall clock of the rank's node: for display, and to order one rank's
+    #: positions; never to time a wait (a step of that clock, NTP's or a resumed VM's, would move it)
     entered_ns: int | None = None
     #: A stalled initialisation only: the ranks whose store keys the peers waited for in vain.
     awaited: tuple[int, ...] = ()
+    #: the same moment on the monotonic clock of the rank's node (``time.monotonic_ns()``, shared by
+    #: every process of a Linux host, never stepped): what the agent of that node times a wait with.
+    #: Meaningless on another node; not part of which position it is (not compared).
+    entered_mono_ns: int | None = dataclasses.field(default=None, compare=False)
 
     @property
     def is_init(self) -> bool:
@@ -73,6 +87,8 @@ class CollectivePosition:
     def to_json(self) -> dict[str, Any]:
         value = dataclasses.asdict(self)
         value["awaited"] = list(self.awaited)
+        if self.entered_mono_ns is None:
+            del value["entered_mono_ns"]  # what every writer before it wrote
         return value
 
     @classmethod
@@ -85,10 +101,14 @@ class CollectivePosition:
             return None
         if entered is not None and not _is_int(entered):
             return None
+        mono = value.get("entered_mono_ns")
+        if mono is not None and not is_mono_ns(mono):
+            return None
         awaited = value.get("awaited", [])
         if not isinstance(awaited, list) or not all(_is_int(rank) and rank >= 0 for rank in awaited):
             return None
-        return cls(pg=pg[:64], seq=seq, op=op[:64], entered_ns=entered, awaited=tuple(awaited[:_MAX_AWAITED]))
+        return cls(pg=pg[:64], seq=seq, op=op[:64], entered_ns=entered, awaited=tuple(awaited[:_MAX_AWAITED]),
+                   entered_mono_ns=mono)
 
     def describe(self) -> str:
         """``all_reduce #4 of process group 0`` (the backend prefix of torch's name dropped), or

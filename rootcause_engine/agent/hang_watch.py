@@ -10,17 +10,29 @@ Why: without this, a rank that hangs is named only once its peers' collective ti
    (``agent.worker_progress``), and follows its progress (``diagnosis.stalled_rank.ProgressTrack``);
 2. publishes, in the round's rendezvous store (the peer watch's bounded client), this pod's waits
    that have lasted half of ``after_s``: ``rootcause/hang/wait/<group rank>``, overwritten when the
-   set changes (``[]`` once they end). A healthy job's collectives complete in moments: it writes
-   nothing but its first ``[]``;
-3. when a local worker has made no progress for ``after_s`` (``io_wait_after_s`` while its main
-   thread is blocked in a read or write: ``agent.thread_wait``) and waits in nothing of its own, reads
-   every pod's waits (one ``multi_get``) and applies the rule
-   (:func:`~.diagnosis.stalled_rank.stalled_rank_verdict`) with this pod's own waits.
+   set changes (``[]`` once they end). Each says how long it had lasted when first published
+   (``waited_s``, this node's monotonic clock), a figure kept while it lasts, so that the text
+   changes only with the set. A healthy job's collectives complete in moments: it writes nothing
+   but its first ``[]``;
+3. when a local worker has made no progress for half its limit, ``after_s`` (``io_wait_after_s``
+   while its main thread is blocked in a read or write: ``agent.thread_wait``), reads every pod's
+   waits (one ``multi_get``) at each look, noting when it first read each (its monotonic clock: a
+   peer's wait has lasted its ``waited_s`` plus the time since), and once it made none for the whole
+   limit and waits in nothing of its own applies the rule
+   (:func:`~.diagnosis.stalled_rank.stalled_rank_verdict`) with this pod's own waits. Reading from
+   half the limit on, it has read a wait published before then (having lasted half of ``after_s``)
+   for the other half by the time the rule applies: a wait read late is judged shorter than it is,
+   but at least ``after_s`` long, so it never puts the verdict off.
+
+No time of another node is compared with this node's clocks, nor a wall-clock time with another:
+local waits are timed on the host's monotonic clock (the beacon's ``since_mono_ns``), peers' by the
+two pods' monotonic clocks as above (``diagnosis.stalled_rank``, "Clocks"). Only a wait published
+without ``waited_s`` (an older publisher) is timed from its wall-clock start, skew unbounded.
 
 A verdict is kept (by pid, for the diagnosis: :meth:`HangWatch.found`) and handed to ``on_hung``
 (the session ends this pod's workers, probed first for their stacks; torch then reports them failed
 and the one pipeline names the hung rank, and its announcement ends the other pods' workers). The
-store is read only by a pod with such a candidate: a healthy job costs one small ``set`` per pod
+store is read only by a pod with a worker still for half its limit: a healthy job costs one small ``set`` per pod
 per round, and per look a few ``/proc`` reads per local worker.
 """
 
@@ -119,6 +131,10 @@ class HangWatch:
         self._found: dict[int, NoProgressVerdict] = {}
         self._followed: dict[int, _Followed] = {}
         self._published: tuple[int, int, int, str] | None = None  # (attempt, group rank, pods, text said)
+        #: how long each wait of this pod had lasted when first published, kept while it is published
+        self._published_s: dict[tuple[object, ...], float] = {}
+        #: each peer wait read, by :meth:`PeerWait.identity`: its ``waited_s`` and when first read (monotonic)
+        self._peer_seen: dict[tuple[object, ...], tuple[float, int]] = {}
         self._attempt: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -160,7 +176,6 @@ class HangWatch:
         workers = self._live_workers()
         if not workers:
             return {}
-        now_ns = time.time_ns()
         local_waits = [
             wait
             for item in workers
@@ -168,22 +183,23 @@ class HangWatch:
             for wait in waits_of(item.worker.global_rank, self.worker_name, item.beacon)
         ]
         store = self.peers.round_store() if self.peers is not None else None
-        self._publish(store, local_waits, now_ns)
+        self._publish(store, local_waits, time.time_ns(), time.monotonic_ns())
         after_s, io_after_s = self.settings.after_s, self.settings.io_wait_after_s
-        candidates = [
+        watched = [
             item for item in workers
-            if item.track.still_s >= still_limit_s(item.track, after_s, io_after_s)
+            if item.track.still_s >= PUBLISH_FRACTION * still_limit_s(item.track, after_s, io_after_s)
             and item.beacon is not None and item.worker.global_rank is not None
         ]
-        if not candidates:
+        if not watched:
             return {}
         waits = [*local_waits, *self._peer_waits(store)]
+        now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
         found = {
             item.worker.pid: verdict
-            for item in candidates
+            for item in watched
             if (verdict := stalled_rank_verdict(
-                item.worker.global_rank, item.beacon, item.track, waits, after_s=after_s, now_ns=time.time_ns(),
-                io_wait_after_s=io_after_s,
+                item.worker.global_rank, item.beacon, item.track, waits, after_s=after_s, now_ns=now_ns,
+                io_wait_after_s=io_after_s, now_mono_ns=now_mono_ns,
             )) is not None
         }
         if found:
@@ -233,21 +249,31 @@ class HangWatch:
 
     # --- the store -----------------------------------------------------------------------------
 
-    def _publish(self, store: RoundStore | None, waits: list[PeerWait], now_ns: int) -> None:
-        """Say this pod's long waits (or ``[]``) where the peers read them, when they changed."""
+    def _publish(self, store: RoundStore | None, waits: list[PeerWait], now_ns: int, now_mono_ns: int) -> None:
+        """Say this pod's long waits (or ``[]``) where the peers read them, when they changed; each
+        with how long it had lasted when first published (kept: the text changes with the set only)."""
         if store is None or store.world_size < 2:
             return
         threshold = self.settings.after_s * PUBLISH_FRACTION
+        lasted = {
+            wait.identity(): (wait, self._published_s.get(wait.identity(), round(waited, 3)))
+            for wait in waits
+            if (waited := wait.waited_s(now_ns, now_mono_ns)) >= threshold
+        }
         text = waits_text(sorted(
-            (wait for wait in waits if wait.waited_s(now_ns) >= threshold),
+            (dataclasses.replace(wait, published_waited_s=figure) for wait, figure in lasted.values()),
             key=lambda wait: (wait.rank, wait.position.pg, wait.position.seq, wait.position.op),
         ))
         said = (self._attempt or 0, store.group_rank, store.world_size, text)
-        if self._published == said:
-            return
-        with contextlib.suppress(*_STORE_ERRORS):
-            store.call("set", hang_wait_key(store.group_rank), text)
+        if self._published != said:
+            try:
+                store.call("set", hang_wait_key(store.group_rank), text)
+            except _STORE_ERRORS:
+                # not said yet: a wait published later is timed from then
+                self._published_s = {key: s for key, s in self._published_s.items() if key in lasted}
+                return
             self._published = said
+        self._published_s = {key: figure for key, (_, figure) in lasted.items()}
 
     def _peer_waits(self, store: RoundStore | None) -> list[PeerWait]:
         """Every other pod's published waits (what the store answers; nothing when it does not)."""
@@ -264,8 +290,27 @@ class HangWatch:
             return []
         # a wait's start is a peer's wall-clock time: out of that range (forged: -10**30) it would
         # make a wait of 10**21 s, a verdict whose report cannot even be written
-        return [wait for value in values or () for wait in waits_from_text(value)
-                if as_time_ns(wait.position.entered_ns) is not None]
+        waits = [wait for value in values or () for wait in waits_from_text(value)
+                 if as_time_ns(wait.position.entered_ns) is not None]
+        return self._timed(waits, time.monotonic_ns())
+
+    def _timed(self, waits: list[PeerWait], now_mono_ns: int) -> list[PeerWait]:
+        """``waits`` (just read) each with its start on this host's monotonic clock where its pod
+        said how long it had lasted: that long before this pod first read it with that figure.
+        Only the waits read now are remembered (a pod publishes at most ``MAX_WAITS``)."""
+        seen, timed = {}, []
+        for wait in waits:
+            if wait.published_waited_s is None:
+                timed.append(wait)  # an older publisher: its wall-clock start (skew unbounded)
+                continue
+            key = wait.identity()
+            known = self._peer_seen.get(key)
+            if known is None or known[0] != wait.published_waited_s:
+                known = (wait.published_waited_s, now_mono_ns)
+            seen[key] = known
+            timed.append(dataclasses.replace(wait, since_mono_ns=known[1] - int(known[0] * 1e9)))
+        self._peer_seen = seen
+        return timed
 
 
 @contextlib.contextmanager

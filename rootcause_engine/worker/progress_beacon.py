@@ -17,6 +17,14 @@ small file write, and the file says how many bytes the beacon wrote so far, so t
 not take them for the rank's own I/O. The thread runs while the main thread waits inside torch
 (its calls release the GIL); a main thread that holds the GIL in native code stops it, and the last
 file then stays what the agent knows.
+
+Clocks: when the rank entered a wait is written twice, on the wall clock (``since_ns``, the ring's
+``time_created_ns``: for the report) and on the host's monotonic clock (``since_mono_ns``, and
+``entered_mono_ns`` of an open send/recv: what the agent times the wait with, as every process of
+the host reads the same ``CLOCK_MONOTONIC`` and no one steps it). The monotonic moment is the beat
+that first saw the wait open, moved back by what the ring says it lasted before that beat, but never
+before the previous beat (which did not see it open): a wall-clock step in between moves it by at
+most one interval.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rootcause_core.collectives import CollectivePosition, positions_from_json
+from rootcause_core.collectives import CollectivePosition, is_mono_ns, positions_from_json
 from rootcause_engine.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.upstream.torch_worker import flight_recorder_entries, flight_recorder_status
 from rootcause_engine.worker.complete_files import write_complete
@@ -54,6 +62,8 @@ class GroupProgress:
     completed: int
     since_ns: int | None = None
     op: str = ""
+    #: when it was entered on the host's monotonic clock (the module docstring's "Clocks")
+    since_mono_ns: int | None = None
 
     @property
     def pending(self) -> bool:
@@ -62,7 +72,8 @@ class GroupProgress:
 
     def position(self) -> CollectivePosition:
         """The last collective entered, as the diagnosis describes it (``all_reduce #4 of process group 0``)."""
-        return CollectivePosition(pg=self.pg, seq=max(self.entered, 0), op=self.op, entered_ns=self.since_ns)
+        return CollectivePosition(pg=self.pg, seq=max(self.entered, 0), op=self.op, entered_ns=self.since_ns,
+                                  entered_mono_ns=self.since_mono_ns)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,12 +84,12 @@ class GroupProgress:
         if not isinstance(value, Mapping):
             return None
         pg, entered, completed = value.get("pg"), value.get("entered"), value.get("completed")
-        since, op = value.get("since_ns"), value.get("op", "")
+        since, op, mono = value.get("since_ns"), value.get("op", ""), value.get("since_mono_ns")
         if not isinstance(pg, str) or not isinstance(op, str) or not all(_is_int(n) for n in (entered, completed)):
             return None
-        if since is not None and not _is_int(since):
+        if (since is not None and not _is_int(since)) or (mono is not None and not is_mono_ns(mono)):
             return None
-        return cls(pg[:64], entered, completed, since, op[:64])
+        return cls(pg[:64], entered, completed, since, op[:64], mono)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +148,12 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _entered_mono(age_ns: int, seen_mono_ns: int, not_before_ns: int) -> int:
+    """When a wait first seen at ``seen_mono_ns`` (monotonic) began: ``age_ns`` earlier by the wall
+    clock, kept between the previous beat (``not_before_ns``, which did not see it) and the sighting."""
+    return seen_mono_ns - min(max(age_ns, 0), max(seen_mono_ns - not_before_ns, 0))
+
+
 def beacon_path(error_file: str) -> str:
     """The beacon file of the worker whose torch error file is ``error_file``."""
     return os.path.join(os.path.dirname(error_file), BEACON_FILE_NAME)
@@ -161,35 +178,50 @@ class ProgressBeacon:
         status: Callable[[], dict[str, tuple[int, int]] | None] = flight_recorder_status,
         entries: Callable[[], list[dict[str, object]] | None] = flight_recorder_entries,
         open_calls: Callable[[], list[CollectivePosition]] = open_point_to_point_calls,
+        wall_ns: Callable[[], int] | None = None,
+        mono_ns: Callable[[], int] | None = None,
     ) -> None:
         self.path = path
         self._status = status
         self._entries = entries
         self._open_calls = open_calls
+        self._wall_ns = wall_ns or time.time_ns
+        self._mono_ns = mono_ns or time.monotonic_ns
         self.written_bytes = 0
         self._pending: dict[str, GroupProgress] = {}  # the open collective of each group, as last described
         self._looked_up: set[tuple[str, int]] = set()
+        #: the monotonic time of the previous beat's look (``None`` before the first), and per open
+        #: collective (by group) the one before the beat that first saw it: it was entered after that
+        self._last_mono_ns: int | None = None
+        self._not_before: dict[str, int] = {}
+        #: the monotonic moment each open send/recv was entered (by the call as its recorder says it)
+        self._calls_mono: dict[tuple[object, ...], int] = {}
         #: a beat that raised costs that beat only, logged once per kind (in the worker's log)
         self.beats = LoopGuard("progress beacon", stopped="its file was removed, so that the hang watch does "
                                                           "not read a rank that stopped where it last said")
 
     def reading(self) -> BeaconReading:
         """This beat's reading (the groups' state, described where a wait lasts)."""
-        now = time.time_ns()
+        now, mono = self._wall_ns(), self._mono_ns()
+        previous = mono if self._last_mono_ns is None else self._last_mono_ns
+        self._last_mono_ns = mono
         groups = []
         for pg, (entered, completed) in sorted((self._status() or {}).items()):
             if entered <= completed:
                 self._pending.pop(pg, None)
+                self._not_before.pop(pg, None)
                 groups.append(GroupProgress(pg, entered, completed))
                 continue
             known = self._pending.get(pg)
             if known is None or known.entered != entered:
-                known = GroupProgress(pg, entered, completed, since_ns=now)  # first seen open: entered by now
+                # first seen open: entered by now, and after the previous beat
+                known = GroupProgress(pg, entered, completed, since_ns=now, since_mono_ns=mono)
+                self._not_before[pg] = previous
             elif (pg, entered) not in self._looked_up:
                 known = self._described(known)  # still open a beat later: a wait worth its name
             self._pending[pg] = known = dataclasses.replace(known, completed=completed)
             groups.append(known)
-        return BeaconReading(os.getpid(), now, self.written_bytes, tuple(groups), tuple(self._open_calls()))
+        return BeaconReading(os.getpid(), now, self.written_bytes, tuple(groups), self._calls(now, mono, previous))
 
     def _described(self, group: GroupProgress) -> GroupProgress:
         """``group``'s open collective with its name and the time it was entered, from the ring (once)."""
@@ -197,12 +229,27 @@ class ProgressBeacon:
         for entry in reversed(self._entries() or []):
             if str(entry.get("pg_id")) == group.pg and entry.get("collective_seq_id") == group.entered:
                 created, name = entry.get("time_created_ns"), entry.get("profiling_name")
-                return dataclasses.replace(
-                    group,
-                    since_ns=created if _is_int(created) else group.since_ns,
-                    op=str(name or "")[:64],
-                )
+                if not _is_int(created):
+                    return dataclasses.replace(group, op=str(name or "")[:64])
+                seen, seen_mono = group.since_ns, group.since_mono_ns
+                mono = seen_mono if seen is None or seen_mono is None else _entered_mono(
+                    seen - created, seen_mono, self._not_before.get(group.pg, seen_mono))
+                return dataclasses.replace(group, since_ns=created, op=str(name or "")[:64], since_mono_ns=mono)
         return group
+
+    def _calls(self, now: int, mono: int, previous: int) -> tuple[CollectivePosition, ...]:
+        """The open send/recv calls, each with the monotonic moment it was entered: for one first
+        seen now, its wall-clock age moved within this beat's window (it was not open at the previous)."""
+        calls, known = [], self._calls_mono
+        self._calls_mono = {}
+        for call in self._open_calls():
+            key = (call.pg, call.seq, call.op, call.awaited, call.entered_ns)
+            since = known.get(key)
+            if since is None:
+                since = mono if call.entered_ns is None else _entered_mono(now - call.entered_ns, mono, previous)
+            self._calls_mono[key] = since
+            calls.append(dataclasses.replace(call, entered_mono_ns=since))
+        return tuple(calls)
 
     def beat(self) -> None:
         """Write this beat's reading."""

@@ -34,6 +34,7 @@ from rootcause_engine.agent.store_values import (
     as_int,
     as_list,
     as_str,
+    as_time_ns,
     dataclass_from_json,
     parse_json,
 )
@@ -49,9 +50,23 @@ def failure_to_json(failure: WorkerFailure) -> dict[str, Any]:
 
 def failure_from_json(data: object) -> WorkerFailure | None:
     """The failure in ``data`` (:func:`failure_to_json`), each field of the type its annotation
-    names; ``None`` for anything else (a string where a time belongs would break the ordering)."""
+    names and its time a wall-clock time (:func:`as_time_ns`); ``None`` for anything else (a string
+    where a time belongs would break the ordering, a time out of range its formatting)."""
     failure = dataclass_from_json(WorkerFailure, data)
-    return failure if isinstance(failure, WorkerFailure) else None
+    if not isinstance(failure, WorkerFailure) or not _time_or_none(failure.timestamp_ns):
+        return None
+    return failure
+
+
+def _time_or_none(value: object) -> bool:
+    """``value`` is absent or a wall-clock time another pod may say (:func:`as_time_ns`)."""
+    return value is None or as_time_ns(value) is not None
+
+
+def _lost_peer(entry: object) -> LostPeer | None:
+    """A lost peer of a pod's word (:func:`lost_peer_from_entry`), its last-seen time a wall-clock time."""
+    peer = lost_peer_from_entry(entry)
+    return peer if peer is not None and _time_or_none(peer.last_seen_ns) else None
 
 
 def _valid(entries: object, parse: Any) -> tuple[Any, ...]:
@@ -110,7 +125,7 @@ class PodWord:
         return cls(
             worker=worker,
             failures=parsed,
-            lost_peers=_valid(data.get("lost"), lost_peer_from_entry),
+            lost_peers=_valid(data.get("lost"), _lost_peer),
             members=_valid(data.get("members"), member_from_entry),
         )
 
@@ -158,7 +173,7 @@ class AgreedReport:
             or not isinstance(recoverable, bool)
             or not (worker is None or isinstance(worker, str))
             or not (global_rank is None or as_int(global_rank, low=0) is not None)
-            or not (timestamp_ns is None or as_int(timestamp_ns) is not None)
+            or not _time_or_none(timestamp_ns)
             or not isinstance(testified, list)
             or not all(isinstance(pod, str) for pod in testified)
             or failures is None

@@ -31,6 +31,15 @@ in a call that will return and that is no I/O wait by its thread's state (a sock
 kernel waited on with blocking synchronisation): ``after_s`` must exceed the longest such block
 (``docs/hung_ranks.md``).
 
+Clocks: every length of time the rule compares is measured on a monotonic clock. R's stillness is
+its node's (``Usage.taken_s``). A local peer's wait runs from the monotonic moment its beacon says
+it entered (``CollectivePosition.entered_mono_ns``: every process of a host shares the clock). A
+remote peer's wait is what its pod said it had lasted when it first published it
+(:attr:`PeerWait.published_waited_s`, by that pod's monotonic clock), plus the time since this pod
+first read it (by this one's): no two nodes' clocks are ever compared, so their skew does not
+matter. A wait from a publisher that does not say its length is timed from its wall-clock start
+against this node's wall clock: the skew between the two nodes, unbounded, then adds to it.
+
 Pure: the caller (``agent.hang_watch``) samples the processes and reads the peers' waits.
 """
 
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +68,8 @@ from rootcause_engine.worker.progress_beacon import BeaconReading
 RUNNABLE = "R"
 #: Waits published per pod at most, and read per pod at most (store values are hostile input).
 MAX_WAITS = 64
+#: The longest wait a pod may say it published (s: a year; anything longer is forged).
+MAX_PUBLISHED_WAIT_S = 366 * 24 * 3600.0
 _MAX_TEXT = 64 * 1024
 
 
@@ -147,30 +159,61 @@ class ProgressTrack:
 @dataclasses.dataclass(frozen=True)
 class PeerWait:
     """A rank that waits: in collective ``position`` (its number and group), or in a blocking
-    send/recv whose ``position.awaited`` is the peer; since ``position.entered_ns`` (its clock)."""
+    send/recv whose ``position.awaited`` is the peer; since ``position.entered_ns`` (its node's wall
+    clock: for display). How long it has waited: :meth:`waited_s` (the module docstring's "Clocks")."""
 
     rank: int
     worker: str
     position: CollectivePosition
+    #: how long it had lasted when its pod first published it, by that pod's monotonic clock (the
+    #: store's ``waited_s``); ``None``: a local wait, or a publisher that did not say
+    published_waited_s: float | None = None
+    #: when it began on this host's monotonic clock: a local wait's from its beacon, a peer's from
+    #: :attr:`published_waited_s` and when this pod first read it; ``None``: not known here
+    since_mono_ns: int | None = None
 
-    def waited_s(self, now_ns: int) -> float:
+    def waited_s(self, now_ns: int, now_mono_ns: int | None = None) -> float:
+        """How long it has waited at ``now_mono_ns`` (this host's monotonic clock) when its start is
+        known on that clock; else from its wall-clock start to ``now_ns`` (this node's wall clock:
+        a step of either clock, or a skew between the nodes, adds to it)."""
+        if self.since_mono_ns is not None and now_mono_ns is not None:
+            return max(0, now_mono_ns - self.since_mono_ns) / 1e9
         since = self.position.entered_ns
         return 0.0 if since is None else (now_ns - since) / 1e9
 
+    def identity(self) -> tuple[object, ...]:
+        """Which wait it is, the same in every text its pod publishes while it lasts (a new wait in
+        the same collective number, after a restart, has another start)."""
+        position = self.position
+        return (self.worker, self.rank, position.pg, position.seq, position.op, position.awaited, position.entered_ns)
+
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "worker": self.worker, "position": self.position.to_json()}
+        """What the store holds: the host's monotonic moment left out (meaningless on another node)."""
+        position = dataclasses.replace(self.position, entered_mono_ns=None)
+        value: dict[str, Any] = {"rank": self.rank, "worker": self.worker, "position": position.to_json()}
+        if self.published_waited_s is not None:
+            value["waited_s"] = self.published_waited_s
+        return value
 
     @classmethod
     def from_json(cls, value: object) -> PeerWait | None:
+        """A wait another pod published; ``None`` for anything malformed (a ``waited_s`` that is no
+        finite number of seconds in ``[0, MAX_PUBLISHED_WAIT_S]`` included)."""
         if not isinstance(value, Mapping):
             return None
-        rank, worker = value.get("rank"), value.get("worker")
+        rank, worker, waited = value.get("rank"), value.get("worker"), value.get("waited_s")
         position = CollectivePosition.from_json(value.get("position"))
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0 or not isinstance(worker, str):
             return None
         if position is None or position.entered_ns is None:
             return None
-        return cls(rank, worker[:256], position)
+        if waited is not None and not (
+            isinstance(waited, (int, float)) and not isinstance(waited, bool)
+            and math.isfinite(waited) and 0 <= waited <= MAX_PUBLISHED_WAIT_S
+        ):
+            return None
+        return cls(rank, worker[:256], dataclasses.replace(position, entered_mono_ns=None),
+                   None if waited is None else float(waited))
 
 
 def waits_text(waits: Iterable[PeerWait]) -> str:
@@ -195,11 +238,12 @@ def waits_of(rank: int, worker: str, beacon: BeaconReading) -> list[PeerWait]:
     """What rank ``rank`` waits in, by its beacon: each open collective (once its beacon knows when it
     was entered) and each open blocking send or recv."""
     waits = [
-        PeerWait(rank, worker, group.position())
+        PeerWait(rank, worker, group.position(), since_mono_ns=group.since_mono_ns)
         for group in beacon.groups
         if group.pending and group.since_ns is not None
     ]
-    waits.extend(PeerWait(rank, worker, call) for call in beacon.point_to_point if call.entered_ns is not None)
+    waits.extend(PeerWait(rank, worker, call, since_mono_ns=call.entered_mono_ns)
+                 for call in beacon.point_to_point if call.entered_ns is not None)
     return waits
 
 
@@ -282,17 +326,20 @@ def stalled_rank_verdict(
     after_s: float,
     now_ns: int,
     io_wait_after_s: float | None = None,
+    now_mono_ns: int | None = None,
 ) -> NoProgressVerdict | None:
     """The verdict on local rank ``rank`` (global), or ``None`` (the module docstring's rule);
     ``waits``: every rank's waits known now, this pod's and the peers'; ``io_wait_after_s``: the limit
-    of a rank whose main thread waits in a read or write (:func:`still_limit_s`)."""
+    of a rank whose main thread waits in a read or write (:func:`still_limit_s`); ``now_mono_ns`` and
+    ``now_ns``: now on this host's monotonic and wall clocks (:meth:`PeerWait.waited_s`)."""
     if beacon is None or track.still_s < still_limit_s(track, after_s, io_wait_after_s):
         return None
     if any(group.pending for group in beacon.groups):
         return None  # it waits in a collective it entered: for someone else
+    waited = {id(w): w.waited_s(now_ns, now_mono_ns) for w in waits}
     held = sorted(
-        (w for w in waits if w.rank != rank and w.waited_s(now_ns) >= after_s and _holds_up(w, rank, beacon)),
-        key=lambda w: (w.position.entered_ns or 0, w.rank),
+        (w for w in waits if w.rank != rank and waited[id(w)] >= after_s and _holds_up(w, rank, beacon)),
+        key=lambda w: (-waited[id(w)], w.rank),
     )
     if not held:
         return None
@@ -314,7 +361,7 @@ def stalled_rank_verdict(
         last_progress_ns=track.still_since_ns,
         waits=tuple(held),
         still_s=track.still_s,
-        waited_s=held[0].waited_s(now_ns),
+        waited_s=waited[id(held[0])],
         state=track.latest.describe_state(),
         waits_for=waits_for,
     )
