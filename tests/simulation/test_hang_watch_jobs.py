@@ -2,17 +2,19 @@
 that only pauses (computing, writing) never named: real 2-pod x 2-worker jobs, judged where Flyte
 reads them, at the training operator's decision.
 
-Every job runs at default settings (``hang_after_s`` 60 s): the hang watch
-(``rootcause_engine.agent.hang_watch``) must name the hung rank (pod and rank, '[root cause] ...
-hung: it made no progress ...', its stack) and every pod must have exited within 150 s of the hang,
-while each collective would wait 30 minutes. A rank that computes or writes alone for 75 s, longer
-than ``hang_after_s``, while its peers wait, moves its CPU time or its I/O: the job succeeds.
-Each job takes 1.5 to 2.5 minutes (``-n 2`` runs two at once).
+A rank asleep in user code, on either flavour, and a rank stuck 90 s in a read run at default settings
+(``hang_after_s`` 60 s): the hang watch (``rootcause_engine.agent.hang_watch``) must name the hung
+rank (pod and rank, '[root cause] ... hung: it made no progress ...', its stack) and every pod must
+have exited within 150 s of the hang, while each collective would wait 30 minutes. The other kinds of
+hang, and a rank that computes or writes alone for longer than ``hang_after_s`` while its peers wait
+(it moves its CPU time or its I/O: the job succeeds), run with ``hang_after_s`` at 20 s: the same
+rule, a shorter wait.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,14 +27,18 @@ from rootcause_harness.flyte2.job import run_job as run_flyte2_job
 from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobResult, JobSpec, StoreAccess, run_job
 from rootcause_harness.operator import ConsoleView, JobPhase
-from tests.elastic_tasks.long_timeout_training import forked_soft_train_2x2_long_timeout, forked_train_2x2_long_timeout
+from tests.elastic_tasks.long_timeout_training import (
+    forked_soft_train_2x2_long_timeout_quick_hang,
+    forked_train_2x2_long_timeout,
+    forked_train_2x2_long_timeout_quick_hang,
+)
 
 pytestmark = pytest.mark.slow
 
 #: The issue's target: the hung rank named and every pod gone within this long of the hang.
 WITHIN_S = 150.0
-#: What a healthy pause lasts: longer than the default ``hang_after_s`` (60 s).
-PAUSE_S = 75.0
+#: What a healthy pause lasts: longer than the quick tasks' ``hang_after_s`` (20 s).
+PAUSE_S = 30.0
 
 
 def _flytekit_job(tmp_path: Path, fault: Fault, task=forked_train_2x2_long_timeout) -> JobResult:
@@ -61,19 +67,20 @@ def _assert_hung_rank_named(view: ConsoleView, result: object, logs: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("kind", "waited_in"),
-    [(FaultKind.HANG, "all_reduce #"), (FaultKind.RECV_HANG, "all_reduce #"),
-     (FaultKind.FREEZE_WORKER, "process state T (stopped by a signal")],
+    ("kind", "waited_in", "task"),
+    [(FaultKind.HANG, "all_reduce #", forked_train_2x2_long_timeout),
+     (FaultKind.RECV_HANG, "all_reduce #", forked_train_2x2_long_timeout_quick_hang),
+     (FaultKind.FREEZE_WORKER, "process state T (stopped by a signal", forked_train_2x2_long_timeout_quick_hang)],
     ids=["asleep-in-user-code", "blocked-in-a-receive", "frozen-worker"],
 )
 def test_a_hung_rank_is_named_within_150_s_with_a_30_minute_collective_timeout(
-    kind: FaultKind, waited_in: str, tmp_path: Path
+    kind: FaultKind, waited_in: str, task: Any, tmp_path: Path
 ) -> None:
-    """Rank 1 of pod 1 sleeps in user code, blocks in a receive from the next rank (which waits in the
-    step's all-reduce for it), or is stopped (SIGSTOP: its agent and pod live on) at step 3; every
-    collective's timeout is 30 minutes. The report names the rank and what it saw (a stopped
-    process's state: it answers no probe)."""
-    result = _flytekit_job(tmp_path, Fault(kind, pod="train-worker-1", local_rank=1))
+    """Rank 1 of pod 1 sleeps in user code (default settings), blocks in a receive from the next rank
+    (which waits in the step's all-reduce for it), or is stopped (SIGSTOP: its agent and pod live on)
+    at step 3; every collective's timeout is 30 minutes. The report names the rank and what it saw (a
+    stopped process's state: it answers no probe)."""
+    result = _flytekit_job(tmp_path, Fault(kind, pod="train-worker-1", local_rank=1), task=task)
     logs = f"pod logs in {result.sim_dir}"
     view = console_at_decision(result, aggregation=True)
     _assert_hung_rank_named(view, result, logs)
@@ -86,18 +93,20 @@ def test_a_hung_rank_in_a_ring_of_sends_and_receives_is_named(tmp_path: Path) ->
     """The step is a ring of blocking send/recv (no Flight Recorder number): the neighbours' open
     calls name the sleeping rank."""
     fault = Fault(FaultKind.HANG, pod="train-worker-1", local_rank=1, communication="send_recv")
-    result = _flytekit_job(tmp_path, fault)
+    result = _flytekit_job(tmp_path, fault, task=forked_train_2x2_long_timeout_quick_hang)
     view = console_at_decision(result, aggregation=True)
     _assert_hung_rank_named(view, result, f"pod logs in {result.sim_dir}")
     assert "a point-to-point " in view.message.splitlines()[0], view.message
 
 
 @pytest.mark.parametrize("kind", [FaultKind.COMPUTE, FaultKind.WRITE], ids=["computing", "writing-a-large-file"])
-def test_a_rank_computing_or_writing_alone_for_75_s_is_not_hung(kind: FaultKind, tmp_path: Path) -> None:
+def test_a_rank_computing_or_writing_alone_for_longer_than_hang_after_s_is_not_hung(kind: FaultKind,
+                                                                                   tmp_path: Path) -> None:
     """Rank 1 of pod 1 computes (CPU) or writes a large file at a slow device's pace (I/O, hardly any
-    CPU) for 75 s while its peers wait in the all-reduce: longer than ``hang_after_s``, and the job
-    succeeds."""
-    result = _flytekit_job(tmp_path, Fault(kind, pod="train-worker-1", local_rank=1, duration_s=PAUSE_S))
+    CPU) for 30 s while its peers wait in the all-reduce: longer than ``hang_after_s`` (20 s), and the
+    job succeeds."""
+    result = _flytekit_job(tmp_path, Fault(kind, pod="train-worker-1", local_rank=1, duration_s=PAUSE_S),
+                           task=forked_train_2x2_long_timeout_quick_hang)
     logs = f"pod logs in {result.sim_dir}"
     assert [pod.returncode for pod in result.pods] == [0, 0], logs
     view = console_at_decision(result, aggregation=True)
@@ -132,6 +141,6 @@ def test_under_the_soft_policy_a_hung_node_fails_like_a_failed_one(tmp_path: Pat
     """``restart_policy="soft"``: the hung node's workers are ended and its failure diagnosed as any
     local failure; a hang is no recoverable error for flytekit, so the job ends, the hung rank named."""
     result = _flytekit_job(tmp_path, Fault(FaultKind.HANG, pod="train-worker-1", local_rank=1),
-                           task=forked_soft_train_2x2_long_timeout)
+                           task=forked_soft_train_2x2_long_timeout_quick_hang)
     view = console_at_decision(result, aggregation=True)
     _assert_hung_rank_named(view, result, f"pod logs in {result.sim_dir}")
