@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from rootcause_engine.agent.bounded_store import StoreUnresponsive
+from rootcause_engine.agent.bounded_store import STORE_ERRORS
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.selection import RetryRule
@@ -45,10 +45,6 @@ logger = logging.getLogger(__name__)
 
 #: Pause between two looks at the store for missing words.
 POLL_S = 0.05
-
-
-#: What a store that has gone away raises (torch's ``DistError`` family is ``RuntimeError``).
-_STORE_ERRORS = (RuntimeError, OSError, ValueError, StoreUnresponsive)
 
 
 #: What the pod whose agent hung adds to its copy of the agreed report.
@@ -102,7 +98,7 @@ def reach_agreement(
 
     try:
         return _agree(access, word, own, lost, timeout_s, retry_rule)
-    except _STORE_ERRORS as error:
+    except STORE_ERRORS as error:
         logger.warning("the pods could not agree through the rendezvous store (%s): this pod writes its own", error)
         return own
 

@@ -33,6 +33,12 @@ class StoreUnresponsive(TimeoutError):
     """The store did not answer within the deadline (or is still busy with an operation that did not)."""
 
 
+#: What a store call raises when the store cannot be reached or answer (torch's ``DistError`` family
+#: is ``RuntimeError``; :class:`StoreUnresponsive` is a ``TimeoutError``, an ``OSError``): the one
+#: definition every store user catches.
+STORE_ERRORS: tuple[type[Exception], ...] = (RuntimeError, OSError, ValueError)
+
+
 @dataclasses.dataclass
 class _Request:
     operation: str

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rootcause_engine.agent.bounded_store import STORE_ERRORS
 from rootcause_engine.agent.diagnosis.stalled_rank import (
     NoProgressVerdict,
     PeerWait,
@@ -72,9 +73,6 @@ logger = logging.getLogger(__name__)
 WATCH_INTERVAL_S = BEACON_INTERVAL_S
 #: A wait is published once it lasted this fraction of ``after_s`` (well before a peer needs it).
 PUBLISH_FRACTION = 0.5
-#: What the store may raise (torch's ``DistError`` family is ``RuntimeError``; a bounded call that
-#: gave up raises ``StoreUnresponsive``, a ``TimeoutError``).
-_STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +266,7 @@ class HangWatch:
         if self._published != said:
             try:
                 store.call("set", hang_wait_key(store.group_rank), text)
-            except _STORE_ERRORS:
+            except STORE_ERRORS:
                 # not said yet: a wait published later is timed from then
                 self._published_s = {key: s for key, s in self._published_s.items() if key in lasted}
                 return
@@ -285,7 +283,7 @@ class HangWatch:
                 values = store.call("multi_get", keys)
             else:  # a pod that has not published yet (it just joined): read the others one by one
                 values = [store.call("get", key) if store.call("check", [key]) else None for key in keys]
-        except _STORE_ERRORS as error:
+        except STORE_ERRORS as error:
             logger.debug("hang watch: reading the peers' waits failed: %s", error)
             return []
         # a wait's start is a peer's wall-clock time: out of that range (forged: -10**30) it would

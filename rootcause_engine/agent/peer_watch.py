@@ -1,75 +1,13 @@
 """Agent side: who the other pods of the attempt are, and which of them are gone when ours fail.
 
-Why: a pod that vanishes (a lost node, a preempted VM, an evicted pod: every process of the pod
-killed at once) writes no error file. Its peers' workers fail a moment later ("connection closed
-by peer") and report themselves, correctly, as victims; without more, every report names a victim
-or nothing. The peers are the only witnesses left, so each agent keeps what it needs to testify:
-
-- **the round's ledger** (:mod:`.round_ledger`): what the pods tell each other (who joined, failed,
-  finished, and who was found lost) is one append-only log in the round's store (the c10d
-  rendezvous store, scoped to the round by torch), read once per heartbeat: one counter read while
-  nothing happens;
-- **membership**: after each rendezvous, each agent appends its ``join``: its group rank, pod name,
-  first global rank, worker count, whether it hosts the store, and where its peer link listens;
-- **liveness**: the same thread writes a heartbeat key every ``interval_s`` (the pod's wall time);
-- **failures**: an agent whose workers failed appends ``failed`` (:meth:`announce_failure`)
-  before it diagnoses anything, so its peers know it is not lost, only failing; with it, the
-  collective its workers timed out in, if they did (``rootcause_core.collectives``). The heartbeat
-  thread of every other pod reads the announcement in the ledger and calls the
-  agent's ``on_peer_failure``: a pod whose workers are all still running, because one of them
-  hangs and the others wait for it without a timeout of their own, would otherwise never fail,
-  and the hung rank would never be named.
-
-- **liveness while healthy** (a frozen or partitioned node closes no socket, so nothing fails
-  until a collective times out, 10 to 30 minutes later): every pod also reads the heartbeat of one
-  peer, its successor in group-rank order (skipping peers already found lost), so every pod is
-  watched by exactly one other at the cost of one read per pod per beat, whatever the pod count. A
-  peer whose heartbeat has not moved for ``silence_limit_s`` (and that announced no failure and no
-  end; under soft restarts, a failed peer whose agent's process ended too:
-  :meth:`PeerWatch._silence_expected`) is *lost*: its watcher appends a verdict (``lost``, with its
-  last beat) to the ledger, and every pod, reading it at its next beat, calls ``on_peer_lost``
-  (the task ends its workers, which fail as victims, and the report names the lost pod). A pod that
-  never published its first heartbeat after the rendezvous is lost the same way ("never seen
-  alive"), after twice the limit. When the *store* stops answering (its host froze:
-  :mod:`.bounded_store` gives every operation a deadline), each pod reaches the verdict on its own,
-  for the store's host.
-- **a closed link is evidence, not a verdict** (:mod:`.peer_link`): when the watcher's connection to
-  the watched agent closes, the peer is lost only once its heartbeat has stopped too
-  (:data:`LINK_CONFIRM_BEATS` heartbeats without a new beat) and it no longer answers a fresh
-  connection to its link listener (:meth:`PeerWatch._answers`: a dead pod's port refuses it at
-  once): a pod whose processes ended is found within a beat or two instead of ``silence_limit_s``,
-  and a connection cut by the network (a proxy's idle timeout, a conntrack flush) while the peer's
-  heartbeat goes on, or while it pauses, is logged and re-opened, never a verdict. The agent's own
-  pause to fork its workers (:meth:`PeerWatch.paused`) holds the store only across each fork, so
-  its heartbeat goes on meanwhile.
-
-When this pod's workers fail as victims, :meth:`lost_peers` returns the verdicts already reached, or
-watches the others for up to ``lost_after_s``: a peer whose heartbeat moves on, or that announced a
-failure, is alive (it will write its own error file); a peer that does neither is lost. When the
-store itself stops answering the pod that hosted it is gone with it; it is then the one peer that
-can be named (the others may well be alive, but nothing can tell). The cost in a healthy job, per
-pod per ``interval_s``: one heartbeat write, one read of the successor's heartbeat and one read of
-the ledger's length.
-
-**The isolation rule** (:func:`rootcause_core.liveness.cut_off`) is applied at one gate,
-:meth:`PeerWatch._accuse`, which every verdict passes on every road (the healthy job's watch, a
-store that stopped answering, the failure path's search): a pod that cannot reach the peers it
-probes is the one cut off, and accuses no one.
-
-**The heartbeat never stops in silence** (:mod:`.thread_guard`): a beat whose look raises what no one
-expected (a bug, a value no check foresaw) costs that look only: the error is logged with its
-traceback, the heartbeat goes on, and the report says so (:meth:`PeerWatch.cut_off_note`). Should
-the thread die anyway, this pod announces its failure, so that its peers do not take the silence
-for a lost pod.
-
-Each store operation runs on the watch's own thread or on the failure path, through a
-:class:`~.bounded_store.BoundedStore`: a store that has gone away answers quickly with an error (its
-host's sockets are closed by the kernel), and one whose host froze is given up on after
-``store_timeout_s``. Store errors are never raised to the agent: the watch then knows less and says so.
-Every value read from the store is checked by :mod:`.store_values` (size, depth, type; counters read
-without ``add``; the ledger read in bounded steps, each event checked on its own, a gap in it
-skipped after a short grace): a
-bad value is logged once and ignored.
+Why: a pod that vanishes (a lost node, a preempted VM, an evicted pod) writes no error file, and a
+frozen or partitioned one closes no socket, so nothing fails until a collective times out, 10 to 30
+minutes later; its peers' workers then fail as victims and, without more, every report names a
+victim or nothing. The peers are the only witnesses left. So each agent joins the round's ledger
+(:mod:`.round_ledger`), beats in the round's store, watches one successor's heartbeat and link
+(:mod:`.peer_link`), announces its own failure before it diagnoses, and names a silent peer lost
+only through the isolation gate (:mod:`.isolation_gate`). How, with its costs and margins:
+``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations
@@ -90,7 +28,7 @@ from rootcause_core.collectives import CollectivePosition
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, ISOLATION_WITNESSES, SILENCE_LIMIT_S
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_core.timestamps import rfc3339_ns
-from rootcause_engine.agent.bounded_store import BoundedStore, StoreUnresponsive
+from rootcause_engine.agent.bounded_store import STORE_ERRORS, BoundedStore
 from rootcause_engine.agent.isolation_gate import ContactBoard, IsolationGate, Suspect, api_endpoint
 from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, answers, hub_note, link_hub
 from rootcause_engine.agent.round_ledger import RoundLedger
@@ -116,10 +54,6 @@ MEMBERS_POLL_S = 0.05
 LINK_CONFIRM_BEATS = 2
 #: How many beats seen after a link closed prove the peer lives (one may be a last beat in flight).
 _BEATS_PROVING_LIFE = 2
-
-
-#: What the store raises when it cannot be reached (torch's ``DistError`` family is ``RuntimeError``).
-_STORE_ERRORS = (RuntimeError, OSError, ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -713,7 +647,7 @@ class PeerWatch:
                          "live and reach as much; both are named", accused[rank].worker, rank)
         return found
 
-    def cut_off_note(self) -> str | None:
+    def watch_note(self) -> str | None:
         """For the report, what happened to this pod's own watch: it found itself cut off from its
         peers (when, and what it saw); its heartbeat's looks failed, or its thread died; its peer
         link hub failed. ``None`` when none of these."""
@@ -822,7 +756,7 @@ class PeerWatch:
         does; ``(None, False)`` when one of them failed (the store did not answer): never raised."""
         try:
             return operations(lambda operation, *args: self._store_call(current, operation, *args)), True
-        except (*_STORE_ERRORS, StoreUnresponsive) as error:
+        except STORE_ERRORS as error:
             logger.debug("rendezvous store call failed: %s", error)
             return None, False
 

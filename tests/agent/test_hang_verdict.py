@@ -228,7 +228,7 @@ class _LatePeers:
     def lost_peers(self) -> tuple:
         return ()
 
-    def cut_off_note(self) -> None:
+    def watch_note(self) -> None:
         return None
 
     def members(self) -> tuple:

@@ -78,9 +78,9 @@ def test_a_look_that_raises_costs_that_look_and_the_heartbeat_goes_on(
         tracebacks = [record for record in caplog.records
                       if record.levelno >= logging.ERROR and record.exc_info and "peer watch" in record.getMessage()]
         assert len(tracebacks) == 1 and tracebacks[0].exc_info[0] is ZeroDivisionError  # type: ignore[index]
-        note = pods[1].watch.cut_off_note()
+        note = pods[1].watch.watch_note()
         assert note is not None and "peer watch failed at " in note and "ZeroDivisionError: a bug" in note
-        assert pods[0].watch.cut_off_note() is None
+        assert pods[0].watch.watch_note() is None
     finally:
         _close(pods)
 
@@ -102,7 +102,7 @@ def test_a_peer_s_link_host_that_no_socket_takes_is_no_witness_and_stops_nothing
             assert wait_until(lambda: bool(pods[0].lost), WAIT_S)
             assert [peer.group_rank for peer in pods[0].lost[0][1]] == [1]
             assert beats_on(server_port, [0])
-            assert pods[0].watch.cut_off_note() is None  # nothing went wrong with pod 0's own watch
+            assert pods[0].watch.watch_note() is None  # nothing went wrong with pod 0's own watch
         finally:
             _close(pods)
 
@@ -126,7 +126,7 @@ def test_a_heartbeat_thread_that_dies_anyway_says_its_pod_failed(server_port: in
         assert wait_until(lambda: pods[0].peer_failed == 1 and pods[2].peer_failed == 1, WAIT_S)
         time.sleep(QUIET_S)  # pod 1 beats no more: silent, and failed
         assert [pod.lost for pod in pods] == [[], [], []]
-        note = pods[1].watch.cut_off_note()
+        note = pods[1].watch.watch_note()
         assert note is not None and "peer watch stopped (RuntimeError: the loop itself broke)" in note
         assert pods[0].watch.lost_peers() == ()  # the failure path too: it failed, it is not lost
     finally:

@@ -61,7 +61,7 @@ class PeerTestimony(Protocol):
 
     def lost_peers(self) -> tuple[LostPeer, ...]: ...
 
-    def cut_off_note(self) -> str | None: ...
+    def watch_note(self) -> str | None: ...
 
     def members(self) -> tuple[Member, ...]: ...
 
@@ -206,9 +206,9 @@ def diagnose(
         if announced:
             failures = ranked(announced)
     lost = peers.lost_peers() if peers is not None and failures[0].role == Role.VICTIM else ()
-    cut_off = peers.cut_off_note() if peers is not None else None
-    if cut_off is not None:  # this pod named no one lost: it was the one cut off (the isolation rule)
-        notes = [*notes, cut_off]
+    watch = peers.watch_note() if peers is not None else None
+    if watch is not None:  # what happened to this pod's own watch: cut off, a failed look, a dead thread
+        notes = [*notes, watch]
     members = peers.members() if peers is not None else ()
     if peers is not None:
         peers.leave()
