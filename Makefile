@@ -39,11 +39,10 @@ $(STAMP): setup.cfg pyproject.toml VERSION distributions/rootcause-core/pyprojec
 demo: $(STAMP)
 	$(VENV)/bin/rootcause-demo
 
-# three pytest workers on two cores: most tests wait on real processes, timeouts and servers (with two
-# workers the load stays under two), so a third runs in the time the others wait
+# two pytest workers: most tests wait on real processes and servers, so two run in the time of one
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -n 3 -m "not compat"
+	$(VENV)/bin/pytest -n 2 -m "not compat"
 
 # the compatibility lane (.ci/run, after the suite): the plugin installed from its wheels on the oldest,
 # a middle and the newest of each upstream, faults judged at the operator's decision (tests/compat);
