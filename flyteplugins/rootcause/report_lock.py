@@ -108,6 +108,16 @@ class _Attempt:
         self._file_lock_broken = True
         self._close()
 
+    def waiting(self, deadline: float, timeout_s: float) -> bool:
+        """One try: ``True`` while the locks are not taken and ``deadline`` (monotonic) has not passed
+        (poll again); ``False`` once taken, or given up at the deadline."""
+        if self.try_take():
+            return False
+        if time.monotonic() >= deadline:
+            self.give_up(timeout_s)
+            return False
+        return True
+
     def give_up(self, timeout_s: float) -> None:
         """Not taken in time: release what was taken and flush without the lock, as before it."""
         logger.warning("the lock of %s was not taken within %.1f s: flushing without it (a flush at the same "
@@ -136,10 +146,7 @@ async def report_lock(report_path: str, timeout_s: float | None = None) -> Async
     attempt = _Attempt(report_path)
     deadline = time.monotonic() + timeout_s
     try:
-        while not attempt.try_take():
-            if time.monotonic() >= deadline:
-                attempt.give_up(timeout_s)
-                break
+        while attempt.waiting(deadline, timeout_s):
             await asyncio.sleep(POLL_S)
         yield attempt.held
     finally:
@@ -153,10 +160,7 @@ def report_lock_sync(report_path: str, timeout_s: float | None = None) -> Iterat
     attempt = _Attempt(report_path)
     deadline = time.monotonic() + timeout_s
     try:
-        while not attempt.try_take():
-            if time.monotonic() >= deadline:
-                attempt.give_up(timeout_s)
-                break
+        while attempt.waiting(deadline, timeout_s):
             time.sleep(POLL_S)
         yield attempt.held
     finally:

@@ -6,39 +6,24 @@ flushes without it, with a warning, never a hang or a failed task."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import flyte.report
 import pytest
-from flyte._context import internal_ctx
-from flyte.models import ActionID, RawDataPath, TaskContext
 
 from flyteplugins.rootcause import report_lock
 from flyteplugins.rootcause.report import STRAGGLER_TAB, flush_straggler_tab, publish_tab
 from flyteplugins.rootcause.report_lock import lock_file_of, report_lock_sync
 from flyteplugins.rootcause.report_page import tabs_of_page
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
+from tests.flyte2.test_report_tabs import _process_of_the_action
 
 #: Flushes per writer: each one a fresh report with one tab, so a lost flush stays lost.
 FLUSHES = 20
-
-
-@contextlib.contextmanager
-def _process_of_the_action(output_path: Path) -> Iterator[flyte.report.Report]:
-    """A process of the action: its own copy of the report, the shared outputs."""
-    report = flyte.report.Report("a0")
-    tctx = TaskContext(action=ActionID(name="a0", run_name="r"), version="v", report=report,
-                       raw_data_path=RawDataPath(path=str(output_path)), output_path=str(output_path),
-                       run_base_dir=str(output_path))
-    with internal_ctx().replace_task_context(tctx):
-        yield report
 
 
 def _tab(writer: str, flush: int) -> tuple[str, str]:
