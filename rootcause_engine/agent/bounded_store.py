@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from rootcause_engine.agent.thread_guard import describe_error, guarded_thread
+from rootcause_engine.thread_guard import describe_error, guarded_thread
 
 
 class StoreUnresponsive(TimeoutError):
@@ -133,7 +133,7 @@ class BoundedStore:
             request.done.set()
 
     def _died(self, error: BaseException) -> None:
-        """The helper thread died (:func:`~.thread_guard.run_guarded` logged it): its callers, the one in
+        """The helper thread died (:func:`rootcause_engine.thread_guard.run_guarded` logged it): its callers, the one in
         flight and any queued, get :class:`StoreUnresponsive` now, not at their deadline; the next call
         starts a new thread. All under the lock, so that no call starts its thread before the queue is
         emptied of the requests failed here."""

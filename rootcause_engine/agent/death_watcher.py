@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from types import TracebackType
 
-from rootcause_engine.agent.thread_guard import LoopGuard, guarded_thread
+from rootcause_engine.thread_guard import LoopGuard, guarded_thread
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ class DeathWatcher:
         return self.guard.note()
 
     def _run(self, stop: threading.Event) -> None:
-        """The watcher thread (through :func:`~.thread_guard.run_guarded`: a death is logged, kept
+        """The watcher thread (through :func:`rootcause_engine.thread_guard.run_guarded`: a death is logged, kept
         for :meth:`note`, and the agent goes on; the watchdog asks the kernel itself)."""
         if self._use_pidfd:
             self._run_pidfd(stop)

@@ -61,10 +61,10 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.store_values import as_time_ns
-from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION, DEFAULT_IO_WAIT_AFTER_S
 from rootcause_engine.store_layout import hang_wait_key
+from rootcause_engine.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S, BeaconReading, beacon_path, read_beacon
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 
 from rootcause_engine.agent.store_values import decimal
-from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
+from rootcause_engine.thread_guard import LoopGuard, start_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class LinkHub:
         self._accepted: set[socket.socket] = set()
         self._links: set[PeerLink] = set()
         self._pending: list[Callable[[], None]] = []  # selector changes, made on the hub's thread
-        #: the loop's iterations: one that raises costs itself only (:mod:`.thread_guard`)
+        #: the loop's iterations: one that raises costs itself only (:mod:`rootcause_engine.thread_guard`)
         self.guard = LoopGuard("peer link hub")
         #: why the hub's thread died, if it did: its links and listeners are then served no more
         self.died: str | None = None

@@ -33,8 +33,8 @@ from rootcause_engine.agent.isolation_gate import ContactBoard, IsolationGate, S
 from rootcause_engine.agent.peer_link import LinkEndpoint, PeerLink, answers, hub_note, link_hub
 from rootcause_engine.agent.round_ledger import RoundLedger
 from rootcause_engine.agent.store_values import StoreCall, time_value
-from rootcause_engine.agent.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.store_layout import alive_key
+from rootcause_engine.thread_guard import LoopGuard, start_guarded
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
 logger = logging.getLogger(__name__)
@@ -373,7 +373,7 @@ class PeerWatch:
 
     def _run(self, current: _Round) -> None:
         """The heartbeat thread: one :meth:`_beat` per pause. A beat that raises what nobody expected
-        costs that beat's look only (:class:`~.thread_guard.LoopGuard`: logged, kept for the report):
+        costs that beat's look only (:class:`rootcause_engine.thread_guard.LoopGuard`: logged, kept for the report):
         a heartbeat that stopped would make the peers declare this healthy pod lost."""
         while not current.stop.is_set():
             pause = self._beats.run(lambda: self._beat(current))
@@ -404,7 +404,7 @@ class PeerWatch:
         return min(self.interval_s if complete else MEMBERS_POLL_S, self._until_link_verdict(current))
 
     def _watch_died(self, current: _Round, error: BaseException) -> None:
-        """The heartbeat thread died anyway (:func:`~.thread_guard.run_guarded` logged it): this pod
+        """The heartbeat thread died anyway (:func:`rootcause_engine.thread_guard.run_guarded` logged it): this pod
         says it failed, in the ledger, so that its peers read its silence as a failing pod (which
         writes its own report, with this note) and not as a lost one."""
         self._death = f"{type(error).__name__}: {str(error)[:300]}"

@@ -56,7 +56,7 @@ from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_record import WorkerRecord, record_launch
-from rootcause_engine.agent.thread_guard import LoopGuard, guarded_thread
+from rootcause_engine.thread_guard import LoopGuard, guarded_thread
 
 logger = logging.getLogger(__name__)
 

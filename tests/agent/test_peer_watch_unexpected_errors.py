@@ -1,5 +1,5 @@
 """An error nobody expected on the peer watch's thread never turns a healthy pod into a lost one
-(``agent/thread_guard.py``, ``agent/peer_watch.py``, ``agent/peer_link.py``).
+(``thread_guard.py``, ``agent/peer_watch.py``, ``agent/peer_link.py``).
 
 Real ``PeerWatch`` instances (each its own client) on a real ``TCPStore`` on loopback, their real
 heartbeat threads and the process's real link hub. The error is either one the store can carry (a
@@ -21,7 +21,7 @@ import pytest
 
 from rootcause_engine.agent import peer_link
 from rootcause_engine.agent.peer_link import link_hub, probe
-from rootcause_engine.agent.thread_guard import LoopGuard
+from rootcause_engine.thread_guard import LoopGuard
 from testbed.sync import wait_until
 from testbed.tcp_store import client
 from tests.agent.test_forged_store_values import INTERVAL_S, WAIT_S, Pod, beats_on, forge_event
@@ -69,7 +69,7 @@ def test_a_look_that_raises_costs_that_look_and_the_heartbeat_goes_on(
         def broken_look(*_: object, **__: object) -> None:
             raise ZeroDivisionError("a bug no check foresaw")
 
-        with caplog.at_level(logging.DEBUG, logger="rootcause_engine.agent.thread_guard"):
+        with caplog.at_level(logging.DEBUG, logger="rootcause_engine.thread_guard"):
             pods[1].watch._watch_liveness = broken_look  # type: ignore[method-assign]
             time.sleep(QUIET_S)
             assert beats_on(server_port, [0, 1, 2])
