@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from backend_reader.reader import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PAYLOAD_BYTES, RemoteFileOutputReader
+from backend_reader.reader import RemoteFileOutputReader
 from backend_reader.render import print_table, table_console, to_json_dict, to_proto_bytes
+from backend_reader.settings import DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PAYLOAD_BYTES
 from backend_reader.storage import ReaderError
 from backend_reader.strategy import ErrorAggregationStrategy
 

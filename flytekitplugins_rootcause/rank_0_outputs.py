@@ -23,6 +23,7 @@ from flytekitplugins_rootcause.exceptions import Rank0OutputsMissingError
 from rootcause_core.error_files import is_error_file_name
 from rootcause_core.pod_stop import POD_STOP
 from rootcause_core.store_paths import base_name, join
+from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.isolation_gate import FsspecBoard
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.agent.rank_0_outputs import OUTPUTS_FILE_NAME, missing_outputs, wait_for_rank_0_outputs
@@ -70,20 +71,24 @@ def current_output_prefix() -> OutputPrefix | None:
     return None if not prefix else OutputPrefix(ctx.file_access, prefix)
 
 
-def await_rank_0_outputs(where: OutputPrefix, peers: PeerWatch, timeout_s: float) -> None:
+def await_rank_0_outputs(where: OutputPrefix, peers: PeerWatch | None, timeout_s: float) -> None:
     """Return once rank 0's outputs (or an error document) are under ``where``; raise
-    :class:`Rank0OutputsMissingError` when neither came within ``timeout_s``."""
+    :class:`Rank0OutputsMissingError` when neither came within ``timeout_s``. ``peers``: ``None``
+    for a pod whose diagnosis is off (its error then names no members)."""
     wait = wait_for_rank_0_outputs(where.outputs_written, where.error_written, timeout_s=timeout_s,
                                    stopped_at=lambda: POD_STOP.received_monotonic)
-    missing = missing_outputs(wait, output_prefix=where.prefix, worker=peers.worker, members=peers.members())
+    worker, members = (current_worker_name(), ()) if peers is None else (peers.worker, peers.members())
+    missing = missing_outputs(wait, output_prefix=where.prefix, worker=worker, members=members)
     if missing is not None:
         raise Rank0OutputsMissingError(missing)
 
 
 @contextlib.contextmanager
-def rank_0_outputs_awaited(peers: PeerWatch, timeout_s: float) -> Iterator[None]:
+def rank_0_outputs_awaited(peers: PeerWatch | None, timeout_s: float) -> Iterator[None]:
     """Around a launch: kfpytorch's ``IgnoreOutputs`` for a launch that succeeded without rank 0
-    leaves only once rank 0's outputs are written (:func:`await_rank_0_outputs`).
+    leaves only once rank 0's outputs are written (:func:`await_rank_0_outputs`). Around upstream's
+    launch too (``peers`` ``None``): the wait uses kfpytorch's public ``IgnoreOutputs`` and the
+    object store, no torch internal, so a pod whose diagnosis is off keeps it.
 
     kfpytorch raises ``IgnoreOutputs`` on two roads: after a launch that returned without rank 0's
     value (nothing being handled then), and while it handles torch's ``SignalException`` (this pod's

@@ -166,12 +166,16 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 raise self._raised(diagnosis, launch) from None
 
     def _as_upstream(self, readiness: Readiness, **kwargs: Any) -> Any:
-        """kfpytorch's own launch of the user's own function: what plain ``Elastic`` runs, for a pod
-        whose diagnosis is off (``readiness`` says why, in the log and the Deck)."""
+        """kfpytorch's own launch of the user's own function: what plain ``Elastic`` runs (and the wait
+        for rank 0's outputs), for a pod whose diagnosis is off (``readiness`` says why, in the log
+        and the Deck)."""
         readiness.announce()
         publish_readiness_deck(readiness)
         POD_STOP.release()  # the kubelet's SIGTERM does what it does without the plugin
-        return super()._execute(**kwargs)
+        # upstream's pod without rank 0 would exit 0 before rank 0's wrote outputs.pb, and the
+        # operator's decision at that exit would find no outputs: it still waits for them
+        with rank_0_outputs_awaited(None, self.task_config.rank_0_outputs_timeout_s):
+            return super()._execute(**kwargs)
 
     def _raised(self, diagnosis: Diagnosis, launch: LaunchSession) -> Exception:
         """The exception for this pod's ``diagnosis``, with the pod the failing pods agreed on

@@ -32,8 +32,9 @@ What survivors must hold, and what NCCL needs, is in ``docs/soft_restarts.md``.
 
 Each call reads this worker's channel file (:mod:`rootcause_engine.worker.world_events`):
 a ``stat`` per :func:`world_changed`, a read only when the file changed. After the first
-:func:`reinitialize`, a daemon thread (the world watcher) also looks every :data:`WATCH_INTERVAL_S`,
-so that a scale-down reaches a worker blocked in a collective (``docs/soft_restarts.md``).
+:func:`reinitialize`, the world watcher (a duty of the worker's watch thread) also looks every
+:data:`WATCH_INTERVAL_S`, so that a scale-down reaches a worker blocked in a collective
+(``docs/soft_restarts.md``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from rootcause_engine.thread_guard import LoopGuard, guarded_thread
+from rootcause_engine.thread_guard import Duty, LoopGuard, worker_watch
 from rootcause_engine.worker.world_events import (
     EVENTS_DIR_VARIABLE,
     WorkerEvent,
@@ -98,8 +99,7 @@ class _Channel:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.path = events_path(directory, local_rank)
         self.waiting = waiting_path(directory, local_rank)
-        self._seen: tuple[int, int] | None = None
-        self._latest: WorkerEvent | None = None
+        self._cached: tuple[tuple[int, int] | None, WorkerEvent | None] = (None, None)  # (file's size and time, event)
         self.version: int | None = None  # the world of the process group this process made
         #: when the agent announced that world (its HEALTHY event's timestamp): a PAUSED from before
         #: it belongs to an earlier world, and must not end this group (:func:`_scaled_down_since_the_group`)
@@ -109,20 +109,21 @@ class _Channel:
         self.interrupted_version: int | None = None
         #: version, group_since, transport_fds, interrupted_version: the watcher decides on them and acts under it
         self.lock = threading.Lock()
-        self._read_lock = threading.Lock()
 
     def latest(self) -> WorkerEvent | None:
-        with self._read_lock:
-            try:
-                stat = os.stat(self.path)
-            except FileNotFoundError:
-                return None
-            key = (stat.st_size, stat.st_mtime_ns)
-            if key != self._seen:
-                events = read_events(self.path)
-                self._latest = events[-1] if events else None
-                self._seen = key
-            return self._latest
+        """The file's last event, read again only when the file changed. No lock: the training thread
+        and the watcher may both read; the cache is one tuple, replaced whole (at worst read twice)."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        key = (stat.st_size, stat.st_mtime_ns)
+        seen, latest = self._cached
+        if key != seen:
+            events = read_events(self.path)
+            latest = events[-1] if events else None
+            self._cached = (key, latest)
+        return latest
 
     def say_waiting(self) -> None:
         """Tell the agent this process waits for a world (written whole: a rename)."""
@@ -355,23 +356,6 @@ def _interrupt_if_scaled_down(channel: _Channel) -> None:
             _leave_transport(channel)
 
 
-def _watch_world(channel: _Channel) -> None:
-    """The world watcher: a scale-down (a node left, or the peer watch found one lost) pauses the
-    world; a worker blocked in a collective with the node that is gone is let out of it at once.
-
-    The PAUSED may already be followed by the smaller world's HEALTHY when the watcher looks (the
-    agents agree on it within milliseconds, the watcher looks every :data:`WATCH_INTERVAL_S`): a
-    scale-down to a world newer than the group's ends the group's collectives just the same.
-
-    A look that raises costs that look only, logged once per kind of error (:data:`_world_looks`):
-    the watcher must never hurt the worker (the collective timeout still bounds a blocked one), nor
-    fail in silence.
-    """
-    while True:
-        time.sleep(WATCH_INTERVAL_S)
-        _world_looks.run(lambda: _interrupt_if_scaled_down(channel))
-
-
 def _scaled_down_since_the_group(channel: _Channel, event: WorkerEvent | None) -> bool:
     """Whether ``event`` (the latest) is a scale-down that ends the current group's world: a PAUSED
     announced after that world's HEALTHY, or the next world already HEALTHY."""
@@ -383,20 +367,30 @@ def _scaled_down_since_the_group(channel: _Channel, event: WorkerEvent | None) -
     return event.worker_info is not None and version is not None and event.worker_info.world_version > version
 
 
-_watcher: list[threading.Thread] = []
 #: The world watcher's looks (one that raises is logged, the watch goes on) and its thread's death.
 _world_looks = LoopGuard(
     "world watcher", stopped="a scale-down no longer let a collective blocked on a lost node out at once")
+#: The world watcher's duty on this worker's watch thread, once the first group was made.
+_world_duty: list[Duty] = []
 
 
 def _ensure_world_watcher(channel: _Channel) -> None:
-    """Start the world watcher, or start it again if its thread died (logged at critical level by
-    :func:`~rootcause_engine.thread_guard.run_guarded`): the next world's group is watched again."""
-    if not _watcher or not _watcher[-1].is_alive():
-        thread = guarded_thread(lambda: _watch_world(channel), name="rootcause-world-watcher",
-                                on_death=_world_looks.died)
-        thread.start()
-        _watcher[:] = [thread]
+    """The world watcher, on this worker's watch thread (:func:`~rootcause_engine.thread_guard.worker_watch`,
+    shared with the progress beacon): every :data:`WATCH_INTERVAL_S`, a scale-down (a node left, or the
+    peer watch found one lost) pauses the world, and a worker blocked in a collective with the node that
+    is gone is let out of it at once (:func:`_interrupt_if_scaled_down`).
+
+    The PAUSED may already be followed by the smaller world's HEALTHY when the watcher looks (the
+    agents agree on it within milliseconds): a scale-down to a world newer than the group's ends the
+    group's collectives just the same. A look that raises costs that look only, logged once per kind of
+    error (:data:`_world_looks`): the watcher must never hurt the worker (the collective timeout still
+    bounds a blocked one), nor fail in silence. A thread that died (logged at critical level) is
+    started again here, at the next world's group: its duty outlives the death."""
+    watch = worker_watch()
+    if not _world_duty:
+        _world_duty.append(watch.every(WATCH_INTERVAL_S, lambda: _interrupt_if_scaled_down(channel),
+                                       guard=_world_looks))
+    watch.ensure_running()
 
 
 def reinitialize(

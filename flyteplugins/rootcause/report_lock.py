@@ -6,7 +6,8 @@ write is lost, and a local write is not atomic (fsspec truncates, then writes), 
 another process writes it is torn and cannot be merged at all. Every flush of this plugin's takes
 this lock around its read and write:
 
-* in one process (threads, or coroutines of one loop): a :class:`threading.Lock` per page;
+* in one process (threads, or coroutines of one loop): a :class:`threading.Lock` per page (the one
+  lock here: the table of them needs none, see :data:`_in_process`);
 * across the processes of a pod (``a0`` and rank 0's workers; the harness's simulated pods, which
   share one machine): ``fcntl.flock`` on a lock file, beside the page when it is a local file, in
   the temporary directory (named by the page's URL) when it is in the object store. The kernel
@@ -49,7 +50,8 @@ POLL_S = 0.01
 #: Where the lock files of pages in the object store go, under the temporary directory.
 REMOTE_LOCKS_DIR = "rootcause-report-locks"
 
-_guard = threading.Lock()
+#: The in-process lock of each page. Taken with one ``dict.setdefault`` (atomic in CPython: a string
+#: key's hash and comparison run no Python code), so every thread gets the same lock without a guard.
 _in_process: dict[str, threading.Lock] = {}
 
 
@@ -69,8 +71,7 @@ class _Attempt:
 
     def __init__(self, report_path: str) -> None:
         self.report_path = report_path
-        with _guard:
-            self._thread_lock = _in_process.setdefault(report_path, threading.Lock())
+        self._thread_lock = _in_process.setdefault(report_path, threading.Lock())
         self._has_thread_lock = False
         self._fd: int | None = None
         self._file_lock_broken = fcntl is None

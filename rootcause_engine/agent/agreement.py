@@ -14,7 +14,7 @@ How, in the round's store (the c10d rendezvous store torch scoped to the round, 
    can still speak has spoken (pods the peer watch found lost never will) or ``timeout_s`` has
    passed;
 3. it proposes the report made of the words it holds (:func:`~.diagnosis.agreed.agreed_report`,
-   pure) with one ``compare_set`` on ``decided``: the first proposal wins, and every pod, the
+   pure) under ``decided``, where the first proposal wins (one compare-and-set), and every pod, the
    proposer included, takes the winning one, so all of them write the same bytes;
 4. it appends ``read`` to the ledger; the pod whose agent hosts the store (the store dies with it)
    waits, within the same bound, until every pod whose word it holds has read the decision.
@@ -36,10 +36,12 @@ from rootcause_engine.agent.bounded_store import STORE_ERRORS
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
 from rootcause_engine.agent.diagnosis.selection import RetryRule
-from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
-from rootcause_engine.agent.store_values import bad_value, read_value
+from rootcause_engine.agent.peer_watch import PeerWatch
+from rootcause_engine.agent.round_ledger import READ, SAID
+from rootcause_engine.agent.round_store import RoundStore
+from rootcause_engine.agent.store_values import bad_value
 from rootcause_engine.settings import DEFAULT_AGREEMENT_TIMEOUT_S
-from rootcause_engine.store_layout import AGREED_KEY, said_key
+from rootcause_engine.store_layout import said_key
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ def reach_agreement(
     known_silent = {peer.group_rank for peer in word.lost_peers} | set(silent)
 
     def lost() -> set[int]:  # looked at again while waiting: a verdict reached meanwhile counts too
-        return known_silent | {peer.group_rank for peer in peers.declared_lost()}
+        return known_silent | {peer.group_rank for peer in peers.lost_pods.declared()}
 
     try:
         return _agree(access, word, own, lost, timeout_s, retry_rule)
@@ -112,20 +114,19 @@ def _agree(
     retry_rule: RetryRule,
 ) -> AgreedReport:
     deadline = time.monotonic() + timeout_s
-    store.call("set", said_key(store.group_rank), word.to_json())
-    store.ledger.said()
+    store.agreement.say(word.to_json())
+    store.ledger.mark(SAID)
     words = {store.group_rank: word}
     while True:
         expected = set(range(store.world_size)) - lost()
         store.ledger.refresh()
-        for rank in sorted((expected & store.ledger.said_ranks()) - words.keys()):
-            key = said_key(rank)
-            value = read_value(store.call, key)
+        for rank in sorted((expected & store.ledger.ranks(SAID)) - words.keys()):
+            value = store.agreement.word_of(rank)
             said = None if value is None else PodWord.from_json(value)
             if said is not None:
                 words[rank] = said
             else:  # looked at again until the deadline: its pod may still write its real word
-                bad_value(key, "not a pod's word")
+                bad_value(said_key(rank), "not a pod's word")
         if words.keys() >= expected or time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
@@ -133,8 +134,8 @@ def _agree(
         missing = sorted(expected - words.keys())
         logger.warning("no word from the pods of group ranks %s within %g s: agreeing without them", missing, timeout_s)
     proposal = agreed_report(list(words.values()), retry_rule=retry_rule)
-    decided = AgreedReport.from_json(store.call("compare_set", AGREED_KEY, "", proposal.to_json()))
-    store.ledger.read()
+    decided = AgreedReport.from_json(store.agreement.agree(proposal.to_json()))
+    store.ledger.mark(READ)
     if store.hosts_store:
         _keep_store_until_read(store, set(words), deadline)
     if decided is None:
@@ -148,6 +149,6 @@ def _keep_store_until_read(store: RoundStore, readers: set[int], deadline: float
     deadline passes)."""
     while time.monotonic() < deadline:
         store.ledger.refresh()
-        if store.ledger.readers() >= readers:
+        if store.ledger.ranks(READ) >= readers:
             return
         time.sleep(POLL_S)

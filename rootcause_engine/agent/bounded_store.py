@@ -11,11 +11,12 @@ the next calls fail at once (the client is busy with the stuck one), and once it
 was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
 not a false verdict for ever. An operation that raised is re-raised to its caller.
 
-Should the helper thread die anyway (outside any operation: each one's error goes to its caller),
-the calls waiting on it fail at once with :class:`StoreUnresponsive`, the error every caller handles,
-and the next call starts a new thread (:meth:`BoundedStore._died`): a dead client would otherwise
-cost each caller its whole deadline, then fail every call for ever, and the peer watch would take
-the store's host for lost.
+The helper thread is a :class:`~rootcause_engine.thread_guard.GuardedLoop` serving one request per
+step. A step that raises outside the operation (whose own error goes to its caller) fails that call
+at once with :class:`StoreUnresponsive`, the error every caller handles, and serves the next. Should
+the thread die anyway, the calls waiting on it fail at once the same way, and the next call starts a
+new thread (:meth:`BoundedStore._died`): a dead client would otherwise cost each caller its whole
+deadline, then fail every call for ever, and the peer watch would take the store's host for lost.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from rootcause_engine.thread_guard import describe_error, guarded_thread
+from rootcause_engine.thread_guard import GuardedLoop, LoopGuard, describe_error
 
 
 class StoreUnresponsive(TimeoutError):
@@ -37,6 +38,11 @@ class StoreUnresponsive(TimeoutError):
 #: is ``RuntimeError``; :class:`StoreUnresponsive` is a ``TimeoutError``, an ``OSError``): the one
 #: definition every store user catches.
 STORE_ERRORS: tuple[type[Exception], ...] = (RuntimeError, OSError, ValueError)
+
+
+#: What a death of the helper thread cost (the note's last words).
+_STOPPED = ("the calls waiting on it failed as if the store had not answered, and a new thread served the next "
+            "ones")
 
 
 @dataclasses.dataclass
@@ -56,13 +62,14 @@ class BoundedStore:
         self.timeout_s = timeout_s
         self.name = name
         self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        #: the request in flight and whether the helper thread serves: set by callers, and by a death
         self._lock = threading.Lock()
         self._busy: _Request | None = None  # the operation the helper thread is stuck in, if any
         self._busy_since: float | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = GuardedLoop("rootcause-store-client", self._serve_one, interval_s=0.0, first_wait=False,
+                                 guard=LoopGuard(f"{name} client", stopped=_STOPPED), on_death=self._died)
+        self._serving = False  # the helper thread was started and has not died
         self._closed = False
-        #: why the helper thread died, the first time it did (:meth:`note`)
-        self.died: str | None = None
 
     def call(self, operation: str, *args: Any) -> Any:
         """``store.<operation>(*args)``, within ``timeout_s``; raises :class:`StoreUnresponsive` if not.
@@ -76,9 +83,9 @@ class BoundedStore:
             with self._lock:
                 if self._closed:
                     raise StoreUnresponsive(f"the {self.name} client is closed")
-                if self._thread is None:  # the first call, or the thread died (:meth:`_died`)
-                    self._thread = guarded_thread(self._serve, name="rootcause-store-client", on_death=self._died)
-                    self._thread.start()
+                if not self._serving:  # the first call, or the thread died (:meth:`_died`)
+                    self._serving = True
+                    self._loop.start()
                 in_flight, since = self._busy, self._busy_since
                 if in_flight is None or in_flight.done.is_set():
                     request = _Request(operation, args)
@@ -112,15 +119,22 @@ class BoundedStore:
         self._requests.put(None)
 
     def note(self) -> str | None:
-        """For the report: the helper thread died (its callers were failed); ``None`` when it did not."""
-        if self.died is None:
-            return None
-        return (f"This pod's {self.name} client thread died ({self.died}): the calls waiting on it failed as if "
-                "the store had not answered, and a new thread served the next ones.")
+        """For the report: a step of the helper thread failed, or the thread died (its callers were
+        failed either way); ``None`` when neither."""
+        return self._loop.note()
 
-    def _serve(self) -> None:
-        while (request := self._requests.get()) is not None:
+    def _serve_one(self) -> float:
+        """One request (the helper thread's step); ``close``'s ``None`` ends the thread."""
+        request = self._requests.get()
+        if request is None:
+            self._loop.stop(0)
+            return 0.0
+        try:
             self._answer(request)
+        except Exception as error:  # outside the operation: that call fails now, the loop's guard logs it
+            self._fail([request], f"the {self.name} client failed ({describe_error(error)})")
+            raise
+        return 0.0
 
     def _answer(self, request: _Request) -> None:
         if request.done.is_set():
@@ -139,16 +153,19 @@ class BoundedStore:
         emptied of the requests failed here."""
         what = describe_error(error)
         with self._lock:
-            if self.died is None:
-                self.died = what
             waiting = [self._busy]
             while True:
                 try:
                     waiting.append(self._requests.get_nowait())
                 except queue.Empty:
                     break
-            for request in waiting:
-                if request is not None and not request.done.is_set():
-                    request.error = StoreUnresponsive(f"the {self.name} client's thread died ({what})")
-                    request.done.set()
-            self._thread = None
+            self._fail(waiting, f"the {self.name} client's thread died ({what})")
+            self._serving = False
+
+    @staticmethod
+    def _fail(requests: list[_Request | None], why: str) -> None:
+        """Answer ``requests`` not answered yet with :class:`StoreUnresponsive` (``why``)."""
+        for request in requests:
+            if request is not None and not request.done.is_set():
+                request.error = StoreUnresponsive(why)
+                request.done.set()

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from types import TracebackType
 
-from rootcause_engine.thread_guard import LoopGuard, guarded_thread
+from rootcause_engine.thread_guard import GuardedLoop, LoopGuard
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +121,7 @@ class DeathWatcher:
         self._watched: set[ProcessKey] = set()
         self._keys_of: dict[int, list[ProcessKey]] = {}  # pid -> the processes known with it, oldest first
         self._closed = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop: GuardedLoop | None = None  # the watcher thread (a new one after each pause)
         self._wake_read, self._wake_write = os.pipe()
         #: one process's watch or one exit's record that raised costs that one only; a thread that
         #: died anyway is logged and kept for the report (:meth:`note`)
@@ -154,7 +153,7 @@ class DeathWatcher:
         such thread at the fork, none did. Pids already watched are handed to the next thread, and
         an exit during the pause is still recorded (its pidfd stays readable), only later.
         """
-        running = self._thread is not None and self._thread.is_alive()
+        running = self._loop is not None and self._loop.running
         if running:
             self._stop_thread()
         try:
@@ -164,18 +163,18 @@ class DeathWatcher:
                 self._start_thread()
 
     def _start_thread(self) -> None:
-        self._stop = threading.Event()
-        stop = self._stop
-        self._thread = guarded_thread(lambda: self._run(stop), name="rootcause-death-watcher",
-                                      on_death=self.guard.died)
-        self._thread.start()
+        """A new watcher thread, with descriptors of its own (:class:`_PidfdWatch` or :class:`_PollingWatch`)."""
+        watch = _PidfdWatch(self) if self._use_pidfd else _PollingWatch(self)
+        self._loop = GuardedLoop("rootcause-death-watcher", watch.step, interval_s=watch.pause_s, first_wait=False,
+                                 guard=self.guard, at_end=watch.end).start()
 
     def _stop_thread(self) -> None:
-        self._stop.set()
+        if self._loop is None:
+            return
+        self._loop.stop(timeout_s=0)
         with contextlib.suppress(OSError):
             os.write(self._wake_write, b"x")
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._loop.stop(timeout_s=5)
 
     def watch(self, pid: int, started: int | None = None, attempt: int | None = None) -> int | None:
         """Start watching ``pid`` (a child of this process) of launch ``attempt``; returns its start time
@@ -296,38 +295,40 @@ class DeathWatcher:
         """For the report: the watcher's looks failed, or its thread died; ``None`` when neither."""
         return self.guard.note()
 
-    def _run(self, stop: threading.Event) -> None:
-        """The watcher thread (through :func:`rootcause_engine.thread_guard.run_guarded`: a death is logged, kept
-        for :meth:`note`, and the agent goes on; the watchdog asks the kernel itself)."""
-        if self._use_pidfd:
-            self._run_pidfd(stop)
-        else:
-            self._run_polling(stop)
 
-    def _run_pidfd(self, stop: threading.Event) -> None:
-        """Each step through :attr:`guard`: a process whose watch or record raised costs that
-        process's precise stamp only (the watchdog's look, or torch's, still sees its exit), never
-        the watch of every later exit."""
-        poller = select.poll()
-        poller.register(self._wake_read, select.POLLIN)
-        fd_to_key: dict[int, ProcessKey] = {}
-        try:
-            while not stop.is_set():
-                for key in self._take_pending():
-                    self.guard.run(functools.partial(self._open, key, poller, fd_to_key))
-                events = self.guard.run(poller.poll)
-                if events is None:  # it raised (logged): a pause, so that an error that repeats is no spin
-                    stop.wait(_PAUSE_AFTER_FAILURE_S)
-                    continue
-                now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
-                for fd, _ in events:
-                    self.guard.run(functools.partial(self._exited, fd, poller, fd_to_key, now_ns, now_mono_ns))
-        finally:
-            for fd in fd_to_key:
-                os.close(fd)
-            self._requeue(list(fd_to_key.values()))
+class _PidfdWatch:
+    """One watcher thread's pidfds: a process whose watch or record raised costs that process's precise
+    stamp only (the watchdog's look, or torch's, still sees its exit), never the watch of every later
+    exit (each through the watcher's guard)."""
 
-    def _open(self, key: ProcessKey, poller: select.poll, fd_to_key: dict[int, ProcessKey]) -> None:
+    #: the pause after a ``poll`` that raised, so that an error that repeats is no spin
+    pause_s = _PAUSE_AFTER_FAILURE_S
+
+    def __init__(self, watcher: DeathWatcher) -> None:
+        self._watcher = watcher
+        self._poller = select.poll()
+        self._poller.register(watcher._wake_read, select.POLLIN)
+        self._fd_to_key: dict[int, ProcessKey] = {}
+
+    def step(self) -> float:
+        """Open the processes handed in, then block in ``poll`` until one exits (or the thread is woken):
+        each exit is stamped the moment ``poll`` returns. Next step at once."""
+        watcher = self._watcher
+        for key in watcher._take_pending():
+            watcher.guard.run(functools.partial(self._open, key))
+        events = self._poller.poll()  # raises: the loop's guard keeps it, the next step after ``pause_s``
+        now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
+        for fd, _ in events:
+            watcher.guard.run(functools.partial(self._exited, fd, now_ns, now_mono_ns))
+        return 0.0
+
+    def end(self) -> None:
+        """The thread ends: its pidfds closed, their processes handed to the next thread."""
+        for fd in self._fd_to_key:
+            os.close(fd)
+        self._watcher._requeue(list(self._fd_to_key.values()))
+
+    def _open(self, key: ProcessKey) -> None:
         """Watch process ``key`` through a pidfd; record it at once if it is gone already."""
         try:
             fd = os.pidfd_open(key[0])
@@ -337,36 +338,42 @@ class DeathWatcher:
             os.close(fd)  # the pid names another process now: this one is gone
             fd = None
         if fd is None:
-            self._record(key, time.time_ns(), time.monotonic_ns())  # gone before we looked
+            self._watcher._record(key, time.time_ns(), time.monotonic_ns())  # gone before we looked
             return
-        fd_to_key[fd] = key
-        poller.register(fd, select.POLLIN)
+        self._fd_to_key[fd] = key
+        self._poller.register(fd, select.POLLIN)
 
-    def _exited(self, fd: int, poller: select.poll, fd_to_key: dict[int, ProcessKey], now_ns: int,
-                now_mono_ns: int) -> None:
+    def _exited(self, fd: int, now_ns: int, now_mono_ns: int) -> None:
         """``fd`` is readable: the wake-up pipe, or the pidfd of a process that exited (recorded)."""
-        if fd == self._wake_read:
-            os.read(self._wake_read, 4096)
+        if fd == self._watcher._wake_read:
+            os.read(fd, 4096)
             return
-        key = fd_to_key.pop(fd)
-        poller.unregister(fd)
+        key = self._fd_to_key.pop(fd)
+        self._poller.unregister(fd)
         os.close(fd)
-        self._record(key, now_ns, now_mono_ns)
+        self._watcher._record(key, now_ns, now_mono_ns)
 
-    def _run_polling(self, stop: threading.Event) -> None:
-        """As :meth:`_run_pidfd`: a process whose look or record raised costs that process's stamp only."""
-        live: set[ProcessKey] = set()
-        try:
-            while not stop.is_set():
-                live.update(self._take_pending())
-                now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
-                for key in list(live):
-                    self.guard.run(functools.partial(self._poll, key, live, now_ns, now_mono_ns))
-                stop.wait(self._fallback_poll_s)
-        finally:
-            self._requeue(sorted(live, key=lambda key: (key[0], key[1] or 0, key[2] or 0)))
 
-    def _poll(self, key: ProcessKey, live: set[ProcessKey], now_ns: int, now_mono_ns: int) -> None:
+class _PollingWatch:
+    """As :class:`_PidfdWatch` where there is no pidfd: each live process asked every ``fallback_poll_s``."""
+
+    def __init__(self, watcher: DeathWatcher) -> None:
+        self._watcher = watcher
+        self.pause_s = watcher._fallback_poll_s
+        self._live: set[ProcessKey] = set()
+
+    def step(self) -> float:
+        watcher = self._watcher
+        self._live.update(watcher._take_pending())
+        now_ns, now_mono_ns = time.time_ns(), time.monotonic_ns()
+        for key in list(self._live):
+            watcher.guard.run(functools.partial(self._poll, key, now_ns, now_mono_ns))
+        return self.pause_s
+
+    def end(self) -> None:
+        self._watcher._requeue(sorted(self._live, key=lambda key: (key[0], key[1] or 0, key[2] or 0)))
+
+    def _poll(self, key: ProcessKey, now_ns: int, now_mono_ns: int) -> None:
         if not _is_running(key):
-            live.discard(key)
-            self._record(key, now_ns, now_mono_ns)
+            self._live.discard(key)
+            self._watcher._record(key, now_ns, now_mono_ns)

@@ -19,6 +19,9 @@ delays no later entry, and every reader voids the same gap; a counter that holds
 is repaired by the first pod that reads or appends, so the joins, failures and ends after it land.
 Each entry is checked on its own (kind, rank range, size, depth, types): one that is not an event of
 this log is logged once and skipped by every reader alike.
+
+One lock, held through a look's store calls: the heartbeat and the agreement both look at a round's
+log, and the cursor they share moves for one look at a time; :meth:`EventLog.events` never takes it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Process-global on purpose: the watchdog runs deep inside the task, the sink is k
 entrypoint, and one task runs per process. Without a registered sink (local runs, tests) the report
 goes to stderr only; it always goes to stderr too, so the pod log shows it whatever the sink does.
 
-The sink runs on the watchdog's thread, while the agent's main thread is stuck, under a time limit:
+The sink runs on the callback pool (:func:`~rootcause_engine.thread_guard.run_soon`), while the
+agent's main thread is stuck, and the watchdog waits for it under a time limit:
 a sink that hangs (an unreachable object store) must not turn a hung agent into a hung pod.
 """
 
@@ -20,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TextIO
+
+from rootcause_engine.thread_guard import run_soon, wait_for
 
 #: Writes the error document for one exception (the entrypoint's per-worker error-file writer).
 FailureWriter = Callable[[BaseException], None]
@@ -40,27 +42,24 @@ class FailureSink:
     destination: str
 
 
-_lock = threading.Lock()
+#: The registered sink: one reference, set by the entrypoint and read by the watchdog (no lock needed).
 _sink: FailureSink | None = None
 
 
 def register_failure_sink(write: FailureWriter, *, destination: str) -> None:
     """Make ``write`` the process's last-resort failure writer (replaces any earlier one)."""
     global _sink
-    with _lock:
-        _sink = FailureSink(write, destination)
+    _sink = FailureSink(write, destination)
 
 
 def unregister_failure_sink() -> None:
     """Forget the registered writer (the entrypoint calls this when the task is done)."""
     global _sink
-    with _lock:
-        _sink = None
+    _sink = None
 
 
 def registered_failure_sink() -> FailureSink | None:
-    with _lock:
-        return _sink
+    return _sink
 
 
 @contextlib.contextmanager
@@ -102,23 +101,12 @@ def deliver_last_resort(
     sink = registered_failure_sink()
     if sink is None:
         return Delivery(None, "no failure sink registered (local run): the report went to stderr only")
-    outcome: list[BaseException | None] = []
-
-    def run_sink() -> None:
-        try:
-            sink.write(error)
-            outcome.append(None)
-        except BaseException as exc:  # the sink's failure is reported, never propagated
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run_sink, name="rootcause-failure-sink", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
+    written = run_soon(lambda: sink.write(error), name="failure sink")
+    if not wait_for(written, timeout_s):
         problem = f"the failure sink for {sink.destination} did not finish within {timeout_s:g} s"
-    elif outcome[0] is not None:
+    elif (failure := written.exception()) is not None:
         problem = f"the failure sink for {sink.destination} failed: " + "".join(
-            traceback.format_exception_only(outcome[0])
+            traceback.format_exception_only(failure)
         ).strip()
     else:
         return Delivery(sink.destination, None)

@@ -2,7 +2,7 @@
 
 Why: without this, a rank that hangs is named only once its peers' collective times out
 (``diagnosis.hang``): 10 to 60 minutes of an idle fleet with the timeouts users run. Every
-``interval_s`` a thread of the agent:
+``interval_s`` a look on the agent's callback pool (scheduled by the launch's watch thread):
 
 1. looks at each local worker of the running attempt: its beacon (the last collective it entered
    per process group, whether that one completed, its open send/recv calls:
@@ -38,10 +38,10 @@ per round, and per look a few ``/proc`` reads per local worker.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,10 +61,10 @@ from rootcause_engine.agent.diagnosis.stalled_rank import (
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.peer_watch import PeerWatch, RoundStore
 from rootcause_engine.agent.store_values import as_time_ns
+from rootcause_engine.agent.watchdog import launch_watch
 from rootcause_engine.agent.worker_progress import process_tree_usage
 from rootcause_engine.settings import DEFAULT_HANG_IDLE_CPU_FRACTION, DEFAULT_IO_WAIT_AFTER_S
-from rootcause_engine.store_layout import hang_wait_key
-from rootcause_engine.thread_guard import LoopGuard, start_guarded
+from rootcause_engine.thread_guard import Duty, GuardedLoop, LoopGuard, run_soon, wait_for
 from rootcause_engine.worker.progress_beacon import BEACON_INTERVAL_S, BeaconReading, beacon_path, read_beacon
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,12 @@ class _Followed:
 
 
 class HangWatch:
-    """The watch of one launch (see the module docstring); a context manager around the launch."""
+    """The watch of one launch (see the module docstring); a context manager around the launch.
+
+    Its looks run on the callback pool (:func:`~rootcause_engine.thread_guard.run_soon`), scheduled
+    every ``interval_s`` by the launch's watch thread (``loop``: the launch session's, shared with the
+    agent watchdog; ``None``: one of its own), which never waits for a look and skips a turn while the
+    previous look still runs."""
 
     def __init__(
         self,
@@ -119,13 +124,14 @@ class HangWatch:
         *,
         on_hung: Callable[[dict[int, NoProgressVerdict]], None] | None = None,
         worker_name: str = "",
+        loop: GuardedLoop | None = None,
     ) -> None:
         self.ledger = ledger
         self.peers = peers
         self.settings = settings
         self.on_hung = on_hung
         self.worker_name = worker_name
-        self._lock = threading.Lock()
+        #: the verdicts so far, by pid: written by the look under way, read by the session (replaced whole)
         self._found: dict[int, NoProgressVerdict] = {}
         self._followed: dict[int, _Followed] = {}
         self._published: tuple[int, int, int, str] | None = None  # (attempt, group rank, pods, text said)
@@ -134,8 +140,10 @@ class HangWatch:
         #: each peer wait read, by :meth:`PeerWait.identity`: its ``waited_s`` and when first read (monotonic)
         self._peer_seen: dict[tuple[object, ...], tuple[float, int]] = {}
         self._attempt: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = loop if loop is not None else launch_watch()
+        self._owns_loop = loop is None
+        self._duty: Duty | None = None
+        self._look_under_way: concurrent.futures.Future[object] | None = None
         #: a look that raised costs that look only (logged once per kind); a thread that died anyway
         #: is logged and kept for the report (:meth:`note`)
         self._looks = LoopGuard("hang watch", stopped="a rank that hung was no longer named before its "
@@ -143,29 +151,30 @@ class HangWatch:
 
     def found(self) -> dict[int, NoProgressVerdict]:
         """The verdicts reached so far, by worker pid."""
-        with self._lock:
-            return dict(self._found)
+        return dict(self._found)
 
     def __enter__(self) -> HangWatch:
-        self._stop.clear()
-        self._thread = start_guarded(self._run, name="rootcause-hang-watch", on_death=self._looks.died)
+        self._duty = self._loop.every(self.settings.interval_s, self._schedule_look, guard=self._looks)
+        if self._owns_loop:
+            self._loop.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.settings.interval_s + 5)
+        if self._duty is not None:
+            self._loop.drop(self._duty)
+        wait_for(self._look_under_way, self.settings.interval_s + 5)
+        if self._owns_loop:
+            self._loop.stop(timeout_s=self.settings.interval_s + 5)
 
     def note(self) -> str | None:
         """For the report: the watch's looks failed, or its thread died; ``None`` when neither."""
         return self._looks.note()
 
-    def _run(self) -> None:
-        """One :meth:`look` per interval; one that raises costs that look only (the watch must never
-        take the agent down, nor stop at its first bad look)."""
-        while not self._stop.wait(self.settings.interval_s):
-            self._looks.run(self.look)
+    def _schedule_look(self) -> None:
+        """One :meth:`look` on the pool, unless the previous one still runs; one that raises costs that
+        look only (the watch must never take the agent down, nor stop at its first bad look)."""
+        if self._look_under_way is None or self._look_under_way.done():
+            self._look_under_way = run_soon(lambda: self._looks.run(self.look), name="hang watch")
 
     # --- one look ------------------------------------------------------------------------------
 
@@ -207,7 +216,7 @@ class HangWatch:
     def _live_workers(self) -> list[_Followed]:
         """The running attempt's live workers, each looked at now (none once its teardown began)."""
         attempt = self.ledger.last_attempt()
-        if attempt is None or self.ledger.teardown_ns(attempt) is not None:
+        if attempt is None or self.ledger.teardown_of(attempt).began_ns is not None:
             return []
         self._attempt = attempt
         looked = []
@@ -233,9 +242,8 @@ class HangWatch:
         return looked
 
     def _hung(self, found: dict[int, NoProgressVerdict]) -> None:
-        with self._lock:
-            new = {pid: verdict for pid, verdict in found.items() if pid not in self._found}
-            self._found.update(new)
+        new = {pid: verdict for pid, verdict in found.items() if pid not in self._found}
+        self._found = {**self._found, **new}
         if not new:
             return
         for pid, verdict in new.items():
@@ -265,7 +273,7 @@ class HangWatch:
         said = (self._attempt or 0, store.group_rank, store.world_size, text)
         if self._published != said:
             try:
-                store.call("set", hang_wait_key(store.group_rank), text)
+                store.hang_waits.publish_wait(text)
             except STORE_ERRORS:
                 # not said yet: a wait published later is timed from then
                 self._published_s = {key: s for key, s in self._published_s.items() if key in lasted}
@@ -277,12 +285,8 @@ class HangWatch:
         """Every other pod's published waits (what the store answers; nothing when it does not)."""
         if store is None or store.world_size < 2:
             return []
-        keys = [hang_wait_key(rank) for rank in range(store.world_size) if rank != store.group_rank]
         try:
-            if store.call("check", keys):
-                values = store.call("multi_get", keys)
-            else:  # a pod that has not published yet (it just joined): read the others one by one
-                values = [store.call("get", key) if store.call("check", [key]) else None for key in keys]
+            values = store.hang_waits.waits_of(rank for rank in range(store.world_size) if rank != store.group_rank)
         except STORE_ERRORS as error:
             logger.debug("hang watch: reading the peers' waits failed: %s", error)
             return []

@@ -15,19 +15,19 @@ pods that lost each other), peers cannot tell, so a third party does (``docs/fro
   nothing: lost. The side that reached less is the cut-off one and names no one. Where both
   reached as much, only the link between them was lost, and both are named as its two ends.
 
-The settling runs on a thread of its own: the heartbeat must beat on meanwhile, or a third pod
-would take this one for lost.
+The settling runs on the callback pool (:func:`~rootcause_engine.thread_guard.run_soon`): the
+heartbeat must beat on meanwhile, or a third pod would take this one for lost.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -35,7 +35,8 @@ from typing import Any, Protocol
 from rootcause_core.bounded_json import loads_bounded
 from rootcause_core.liveness import Reach, Settled, Side, isolation_side, settle_even_split
 from rootcause_core.store_paths import join
-from rootcause_engine.agent.peer_link import LinkEndpoint, probe
+from rootcause_engine.agent.peer_link import PROBE_TIMEOUT_S, LinkEndpoint, probe
+from rootcause_engine.thread_guard import run_soon
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ MAX_CONTACT_BYTES = 4096
 API_TIMEOUT_S = 1.5
 #: Seconds between two looks for the accused's contact.
 LOOK_INTERVAL_S = 0.5
+#: Seconds the probes of :func:`probe_all` are waited for at most: one probe's limit, and a margin.
+PROBES_WAIT_S = PROBE_TIMEOUT_S + 1.0
 
 
 class ContactBoard(Protocol):
@@ -104,12 +107,17 @@ def reaches(address: tuple[str, int], timeout_s: float = API_TIMEOUT_S) -> bool:
 
 
 def probe_all(endpoints: Sequence[LinkEndpoint]) -> int:
-    """How many of ``endpoints`` greet a fresh connection, probed at once."""
-    if not endpoints:
-        return 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(endpoints),
-                                               thread_name_prefix="rootcause-probe") as pool:
-        return sum(pool.map(probe, endpoints))
+    """How many of ``endpoints`` greet a fresh connection, probed at once on the callback pool.
+
+    The heartbeat waits for this: each probe gives up within :data:`PROBE_TIMEOUT_S`, and one that a
+    busy pool has not run by :data:`PROBES_WAIT_S` counts as not reached (it is called off), so the
+    heartbeat never waits longer."""
+    probes = [run_soon(functools.partial(probe, endpoint), name="isolation probe") for endpoint in endpoints]
+    concurrent.futures.wait(probes, timeout=PROBES_WAIT_S)
+    for late in probes:
+        late.cancel()  # not started yet: it never will be
+    return sum(1 for done in probes if done.done() and not done.cancelled() and done.exception() is None
+               and done.result())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,13 +175,14 @@ class IsolationGate:
         self.wait_s = wait_s
         self.api = api
         self._probe = probe
-        self._lock = threading.Lock()
+        #: each even split's settling, by its accused: one per split, whichever thread asks first
+        #: (``dict.setdefault`` is atomic: two threads asking at once share one settling, without a lock)
         self._settling: dict[frozenset[int], concurrent.futures.Future[GateAnswer]] = {}
 
     def judge(self, accused: Mapping[int, Suspect], witnesses: Sequence[LinkEndpoint], *,
               block: bool = False) -> GateAnswer:
         """Whether this pod may declare ``accused`` lost, having probed ``witnesses`` (other peers, not
-        accused). An even split is settled on a thread of its own: until then the answer is
+        accused). An even split is settled on the callback pool: until then the answer is
         ``pending``, unless ``block`` (the failure path, which waits for its answer)."""
         if not accused:
             return GateAnswer()
@@ -186,14 +195,10 @@ class IsolationGate:
             return GateAnswer(cut_off=f"{names} fell silent and this pod reached {reached} of the {len(witnesses)} "
                                       "other peers it probed directly: this pod is the one cut off from the network, "
                                       "so it declares no one lost")
-        key = frozenset(accused)
-        with self._lock:
-            settling = self._settling.get(key)
-            if settling is None:
-                settling = concurrent.futures.Future()
-                self._settling[key] = settling
-                threading.Thread(target=self._settle, args=(dict(accused), settling), daemon=True,
-                                 name="rootcause-isolation-gate").start()
+        fresh: concurrent.futures.Future[GateAnswer] = concurrent.futures.Future()
+        settling = self._settling.setdefault(frozenset(accused), fresh)
+        if settling is fresh:
+            run_soon(functools.partial(self._settle, dict(accused), settling), name="isolation gate")
         if block:
             return settling.result()
         return settling.result() if settling.done() else GateAnswer(pending=True)

@@ -14,6 +14,10 @@ because the watcher thread had not yet had the CPU to stamp it.
 Clocks: the teardown moments are wall clock (they are compared with the times the workers record
 themselves, and reported); the phases' moments are monotonic (only this process's watchdog measures
 deadlines from them, and a wall-clock step must not move a deadline).
+
+One lock guards it all: the agent's thread, the watchdog, the hang watch and the watchers write and read
+it, and each call holds the lock for a few dictionary and list operations only (never a store call or
+a wait).
 """
 
 from __future__ import annotations
@@ -47,6 +51,20 @@ class LaunchedWorker:
         return self.pid, self.started, self.attempt
 
 
+@dataclasses.dataclass(frozen=True)
+class Teardown:
+    """The three moments of one attempt's teardown, wall clock (``None``: not reached yet).
+
+    ``began_ns``: tearing down its workers began (:meth:`LaunchLedger.note_teardown`); ``signals_ns``:
+    the first termination signal went out (:meth:`LaunchLedger.note_signals`), the moment the roles are
+    judged by; ``done_ns``: its surviving workers are gone (:meth:`LaunchLedger.note_teardown_done`).
+    """
+
+    began_ns: int | None = None
+    signals_ns: int | None = None
+    done_ns: int | None = None
+
+
 class LaunchLedger:
     """The workers of each attempt and the times of the launch's teardowns and phases (thread-safe)."""
 
@@ -54,9 +72,7 @@ class LaunchLedger:
         self.watcher = watcher
         self._lock = threading.Lock()
         self._workers: list[LaunchedWorker] = []
-        self._teardown_ns: dict[int, int] = {}
-        self._teardown_done_ns: dict[int, int] = {}
-        self._signals_ns: dict[int, int] = {}
+        self._teardowns: dict[int, Teardown] = {}
         self._rendezvous_since_ns: int | None = None
         self._exit_barrier_since_ns: int | None = None
         self._exit_barrier_left_ns: int | None = None
@@ -86,7 +102,7 @@ class LaunchLedger:
 
     def note_teardown(self, attempt: int) -> int:
         """Record that tearing down ``attempt``'s workers begins now (the first call wins)."""
-        return self._stamp_after_known_exits(self._teardown_ns, attempt)
+        return self._stamp_after_known_exits(attempt, "began_ns")
 
     def note_signals(self, attempt: int) -> int:
         """Record that the first termination signal to ``attempt``'s workers goes out now (the first call wins).
@@ -96,31 +112,32 @@ class LaunchLedger:
         anything reached it, so it is no victim of the teardown. This, not the teardown's start, is
         the moment the roles are judged by (``diagnosis.selection``).
         """
-        return self._stamp_after_known_exits(self._signals_ns, attempt)
+        return self._stamp_after_known_exits(attempt, "signals_ns")
 
     def note_teardown_done(self, attempt: int) -> None:
         """Record that ``attempt``'s surviving workers are gone (the first call wins)."""
-        with self._lock:
-            self._teardown_done_ns.setdefault(attempt, time.time_ns())
+        self._stamp(attempt, "done_ns")
 
-    def teardown_ns(self, attempt: int) -> int | None:
+    def teardown_of(self, attempt: int) -> Teardown:
+        """The moments of ``attempt``'s teardown so far (all ``None`` before it began)."""
         with self._lock:
-            return self._teardown_ns.get(attempt)
+            return self._teardowns.get(attempt, Teardown())
 
-    def signals_ns(self, attempt: int) -> int | None:
-        with self._lock:
-            return self._signals_ns.get(attempt)
-
-    def teardown_done_ns(self, attempt: int) -> int | None:
-        with self._lock:
-            return self._teardown_done_ns.get(attempt)
-
-    def _stamp_after_known_exits(self, stamps: dict[int, int], attempt: int) -> int:
-        """Record every exit the kernel reports for ``attempt``, then stamp now in ``stamps`` (first wins)."""
+    def _stamp_after_known_exits(self, attempt: int, moment: str) -> int:
+        """Record every exit the kernel reports for ``attempt``, then stamp ``moment`` now (first wins)."""
         for worker in self.workers_of(attempt):
             self.watcher.confirm_exit(*worker.process)
+        return self._stamp(attempt, moment)
+
+    def _stamp(self, attempt: int, moment: str) -> int:
+        """Stamp ``moment`` (a :class:`Teardown` field) of ``attempt`` now, unless stamped: the stamp it holds."""
         with self._lock:
-            return stamps.setdefault(attempt, time.time_ns())
+            teardown = self._teardowns.get(attempt, Teardown())
+            stamped: int | None = getattr(teardown, moment)
+            if stamped is None:
+                stamped = time.time_ns()
+                self._teardowns[attempt] = dataclasses.replace(teardown, **{moment: stamped})
+            return stamped
 
     # --- the agent's phases ---------------------------------------------------------------------
 

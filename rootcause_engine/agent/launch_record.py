@@ -166,11 +166,12 @@ def record_launch(observer: LaunchObserver, child_failed: Any = None, *, ask_ker
                 probe=observer.teardown.probe_of(launched),
             )
         )
+    moments = ledger.teardown_of(attempt)
     return LaunchRecord(
         attempt=attempt,
         workers=tuple(workers),
-        teardown_ns=ledger.teardown_ns(attempt),
-        signals_ns=ledger.signals_ns(attempt),
-        teardown_done_ns=ledger.teardown_done_ns(attempt),
+        teardown_ns=moments.began_ns,
+        signals_ns=moments.signals_ns,
+        teardown_done_ns=moments.done_ns,
         taken_ns=time.time_ns(),
     )

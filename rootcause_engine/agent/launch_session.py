@@ -11,8 +11,8 @@ order in which the observers are entered (it matters: see each step) exists once
    watch with its lost-peer handler, the agent watchdog;
 2. :meth:`LaunchSession.running` (inner block, around the launch call itself): the agent's
    environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
-   preformatted exceptions, the launch observer's patches, the watchdog's thread, the hang
-   watch's thread;
+   preformatted exceptions, the launch observer's patches, the launch's watch thread (the
+   watchdog's looks and the hang watch's schedule; the hang watch's looks run on the callback pool);
 3. after the launch raised, :meth:`LaunchSession.workers_failed`, :meth:`LaunchSession.store_lost`
    or (anything else torch's agent raised) :meth:`LaunchSession.agent_failed` runs the one
    diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
@@ -62,10 +62,12 @@ from rootcause_engine.agent.soft_restart_agent import (
     history_rows,
 )
 from rootcause_engine.agent.soft_world import STORE_TIMEOUT_S
-from rootcause_engine.agent.store_keeper import stores_kept
+from rootcause_engine.agent.store_keeper import KeptStores, stores_kept
 from rootcause_engine.agent.torch_log_format import exceptions_preformatted
-from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, watchdog_settings
+from rootcause_engine.agent.watchdog import AgentWatchdog, WatchdogSettings, launch_watch, watchdog_settings
 from rootcause_engine.agent.worker_channel import WorkerChannel
+from rootcause_engine.thread_guard import GuardedLoop
+from rootcause_engine.upstream.readiness import PatchesNotApplied
 from rootcause_engine.upstream.torch_agent_loop import launcher_agent_with_loop
 from rootcause_engine.worker.process_settings import applied_environment
 
@@ -183,6 +185,9 @@ class LaunchSession:
         self.soft: SoftRestartSession | None = None
         self.watchdog: AgentWatchdog | None = None
         self.hang_watch: HangWatch | None = None
+        #: the launch's watch thread: the watchdog's looks and the hang watch's schedule (``None``: neither is on)
+        self.launch_watch: GuardedLoop | None = None
+        self._kept: KeptStores | None = None
 
     def __enter__(self) -> LaunchSession:
         settings = self.settings
@@ -190,7 +195,7 @@ class LaunchSession:
         try:
             self.termination.install()  # for good: see agent/termination.py
             stack.callback(self._finish_peers)
-            stack.enter_context(
+            self._kept = stack.enter_context(
                 stores_kept(settings.start_method, settings.rdzv_backend, settings.rdzv_endpoint, settings.rdzv_configs)
             )
             watcher = stack.enter_context(DeathWatcher())
@@ -198,10 +203,12 @@ class LaunchSession:
             self.observer = observer = LaunchObserver(
                 watcher, teardown_grace_s=settings.teardown_grace_s, probe_before_teardown=settings.hang_probe
             )
+            if settings.watchdog is not None or settings.hang is not None:
+                self.launch_watch = launch_watch()  # one thread for both: see running()
             if settings.hang is not None:  # a hung rank's pod ends its workers, as for any failed one
                 self.hang_watch = HangWatch(observer.ledger, self.peers, settings.hang,
                                             worker_name=current_worker_name(),
-                                            on_hung=lambda _: end_running_attempt(observer))
+                                            on_hung=lambda _: end_running_attempt(observer), loop=self.launch_watch)
             self.soft = soft = self._soft_restart_session(observer, channel_dir)
             if soft is not None:
                 soft.watch_peers = self.peers.joined
@@ -213,11 +220,13 @@ class LaunchSession:
                     error_of=self.error_of,
                     peers=self.peers,
                     retry_rule=settings.retry_rule,
+                    loop=self.launch_watch,
                 )
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 self.peers.when_a_peer_fails(lambda: end_running_attempt(observer))
             self.peers.when_a_peer_is_lost(LostPeerHandler(observer, self.peers, soft, self.watchdog))
         except BaseException:
+            self._hand_stores_over()  # the front-end runs upstream's launch next
             self._stack.__exit__(None, None, None)
             raise
         return self
@@ -225,7 +234,15 @@ class LaunchSession:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
+        if exc_type is not None and issubclass(exc_type, PatchesNotApplied):
+            self._hand_stores_over()
         return self._stack.__exit__(exc_type, exc, tb)
+
+    def _hand_stores_over(self) -> None:
+        """Upstream's launch runs next in this pod (a patch raised): the rendezvous store's keeper stays,
+        as a peer may already be connected to it (:meth:`.store_keeper.KeptStores.hand_over`)."""
+        if self._kept is not None:
+            self._kept.hand_over()
 
     def _finish_peers(self) -> None:
         self.peers.finish()
@@ -240,11 +257,18 @@ class LaunchSession:
             _soft_restarts(self.soft),
             exceptions_preformatted(),
             observing_launch(observer, self.peers),
+            _running(self.launch_watch, self._launch_watch_stop_s()),
             self.watchdog if self.watchdog is not None else contextlib.nullcontext(),
             termination.armed(self.termination),
             hang_watch_running(self.hang_watch),
         ):
             yield observer
+
+    def _launch_watch_stop_s(self) -> float:
+        """How long the launch's watch thread is waited for at the end: its longest step's bound."""
+        settings = self.settings
+        return max(settings.watchdog.interval_s + 1 if settings.watchdog is not None else 0.0,
+                   settings.hang.interval_s + 5 if settings.hang is not None else 0.0)
 
     def restarts(self) -> tuple[RestartRow, ...]:
         """The soft restarts the job went through (none under hard restarts)."""
@@ -279,7 +303,7 @@ class LaunchSession:
     def _ended_for_lost_peers(self) -> bool:
         """This pod's workers were ended because peers were declared lost: always under hard restarts;
         under soft ones only for the store's host (any other lost pod the world went on without)."""
-        lost = self.peers.declared_lost()
+        lost = self.peers.lost_pods.declared()
         if not lost or self.soft is None:
             return bool(lost)
         hosts = store_host_ranks(self.peers)
@@ -370,6 +394,19 @@ class LaunchSession:
         )
 
 
+@contextlib.contextmanager
+def _running(loop: GuardedLoop | None, stop_timeout_s: float) -> Iterator[None]:
+    """``loop`` runs for the block (nothing when there is none); waited for up to ``stop_timeout_s`` after."""
+    if loop is None:
+        yield
+        return
+    loop.start()
+    try:
+        yield
+    finally:
+        loop.stop(stop_timeout_s)
+
+
 #: What a stopped pod's failure says (the report's first line ends with it).
 @contextlib.contextmanager
 def _soft_restarts(session: SoftRestartSession | None) -> Iterator[None]:
@@ -400,7 +437,7 @@ def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s
     hold the job until the operator deleted it, with no report of its own.
     """
     attempt = observer.ledger.last_attempt()
-    if attempt is not None and observer.ledger.teardown_ns(attempt) is None:
+    if attempt is not None and observer.ledger.teardown_of(attempt).began_ns is None:
         logger.warning("another pod's launch failed or was lost: ending this pod's workers of attempt %d", attempt)
         observer.teardown.end_workers(attempt, probe=probe, grace_s=grace_s)
 

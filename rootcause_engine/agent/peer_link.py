@@ -37,15 +37,15 @@ import errno
 import ipaddress
 import logging
 import os
+import queue
 import secrets
 import selectors
 import socket
-import threading
 import time
 from collections.abc import Callable
 
 from rootcause_engine.agent.store_values import decimal
-from rootcause_engine.thread_guard import LoopGuard, start_guarded
+from rootcause_engine.thread_guard import GuardedLoop, LoopGuard
 
 logger = logging.getLogger(__name__)
 
@@ -158,20 +158,25 @@ class LinkHub:
     """The process's listeners and links, served by one thread (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._selector = selectors.DefaultSelector()
         self._waker_read, self._waker_write = socket.socketpair()
         self._waker_read.setblocking(False)
         self._selector.register(self._waker_read, selectors.EVENT_READ, None)
+        #: by local address; added by any thread (``dict.setdefault``: the first listener bound wins)
         self._listeners: dict[str, tuple[socket.socket, LinkEndpoint]] = {}
         self._accepted: set[socket.socket] = set()
         self._links: set[PeerLink] = set()
-        self._pending: list[Callable[[], None]] = []  # selector changes, made on the hub's thread
+        #: selector changes asked for by any thread, made on the hub's thread (no lock: a queue)
+        self._pending: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         #: the loop's iterations: one that raises costs itself only (:mod:`rootcause_engine.thread_guard`)
-        self.guard = LoopGuard("peer link hub")
-        #: why the hub's thread died, if it did: its links and listeners are then served no more
-        self.died: str | None = None
-        self._thread = start_guarded(self._loop, name="rootcause-peer-links", on_death=self._died)
+        self.guard = LoopGuard("peer link hub", stopped="its links and its listener were served no more")
+        self._loop = GuardedLoop("rootcause-peer-links", self._turn_step, interval_s=_TICK_S, first_wait=False,
+                                 guard=self.guard)
+
+    def start(self) -> LinkHub:
+        """Start the hub's thread (:func:`link_hub` does, once per process)."""
+        self._loop.start()
+        return self
 
     # --- called from any thread -----------------------------------------------------------------
 
@@ -181,18 +186,20 @@ class LinkHub:
         host = _local_address(toward)
         if host is None:
             return None
-        with self._lock:
-            known = self._listeners.get(host)
-            if known is not None:
-                return known[1]
-            try:
-                listener = socket.create_server((host, 0), family=_family(host), backlog=128)
-            except OSError as error:
-                logger.debug("no peer link listener on %s: %s", host, error)
-                return None
-            listener.setblocking(False)
-            endpoint = LinkEndpoint(host, listener.getsockname()[1], secrets.token_hex(8))
-            self._listeners[host] = (listener, endpoint)
+        known = self._listeners.get(host)
+        if known is not None:
+            return known[1]
+        try:
+            listener = socket.create_server((host, 0), family=_family(host), backlog=128)
+        except OSError as error:
+            logger.debug("no peer link listener on %s: %s", host, error)
+            return None
+        listener.setblocking(False)
+        endpoint = LinkEndpoint(host, listener.getsockname()[1], secrets.token_hex(8))
+        known = self._listeners.setdefault(host, (listener, endpoint))
+        if known[0] is not listener:  # another thread bound one for this address meanwhile: that one serves
+            listener.close()
+            return known[1]
         self._on_loop(lambda: self._selector.register(listener, selectors.EVENT_READ, endpoint))
         return endpoint
 
@@ -235,27 +242,21 @@ class LinkHub:
     # --- the hub's thread -----------------------------------------------------------------------
 
     def _on_loop(self, change: Callable[[], None]) -> None:
-        with self._lock:
-            self._pending.append(change)
+        self._pending.put(change)
         with contextlib.suppress(OSError):
             self._waker_write.send(b"\0")
 
     def note(self) -> str | None:
         """For the report: the hub's loop failed, or its thread died; ``None`` when neither."""
-        died = None if self.died is None else (
-            f"This pod's peer link hub stopped ({self.died}): its links and its listener were served no more.")
-        return " ".join(note for note in (self.guard.note(), died) if note) or None
+        return self.guard.note()
 
-    def _died(self, error: BaseException) -> None:
-        self.died = f"{type(error).__name__}: {str(error)[:300]}"
-
-    def _loop(self) -> None:
-        while True:
-            served = self.guard.run(self._turn)
-            if served is False:  # the selector was closed under us (a forked child's copy): nothing to serve
-                return
-            if served is None:  # it raised (logged): a pause, so that an error that repeats is no spin
-                time.sleep(_TICK_S)
+    def _turn_step(self) -> float:
+        """The hub thread's step: one :meth:`_turn` (which waits in ``select``), the next at once; one
+        that raised (logged by the guard) is followed by a pause of ``_TICK_S``, so that an error that
+        repeats is no spin."""
+        if not self._turn():  # the selector was closed under us (a forked child's copy): nothing to serve
+            self._loop.stop(0)
+        return 0.0
 
     def _turn(self) -> bool:
         """One round of the loop: what is ready, the pending changes, the links out of time.
@@ -267,9 +268,11 @@ class LinkHub:
         for key, _ in ready:
             if not self.guard.run(lambda key=key: self._serve(key.data, key.fileobj)):
                 self._forget(key.data, key.fileobj)
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for change in pending:
+        while True:
+            try:
+                change = self._pending.get_nowait()
+            except queue.Empty:
+                break
             _call_logged(change)
         now = time.monotonic()
         for link in [link for link in self._links if not link.established and now > link.deadline]:
@@ -344,6 +347,12 @@ class LinkHub:
                 self._selector.unregister(link.sock)
             link.sock.close()
 
+    def _close(self) -> None:
+        """Close a hub never started (another thread's won the race to be the process's)."""
+        for sock in (self._waker_read, self._waker_write):
+            sock.close()
+        self._selector.close()
+
     def _forget_in_child(self) -> None:
         """In a forked child: close this process's copies of the hub's descriptors (never shutting
         a connection down: the parent's copies keep every link open) and serve nothing."""
@@ -356,29 +365,32 @@ class LinkHub:
             self._selector.close()
 
 
-_hub: LinkHub | None = None
-_hub_lock = threading.Lock()
+#: The process's hub (one entry at most). No lock: two threads that make one at once both try
+#: ``dict.setdefault``, one wins, and the other closes its own before it was started.
+_hubs: dict[str, LinkHub] = {}
 
 
 def link_hub() -> LinkHub:
     """The process's hub, started at the first use."""
-    global _hub
-    with _hub_lock:
-        if _hub is None:
-            _hub = LinkHub()
-        return _hub
+    hub = _hubs.get("hub")
+    if hub is None:
+        fresh = LinkHub()
+        hub = _hubs.setdefault("hub", fresh)
+        if hub is fresh:
+            hub.start()
+        else:
+            fresh._close()
+    return hub
 
 
 def hub_note() -> str | None:
     """For the report: what went wrong with the process's hub (:meth:`LinkHub.note`), if it runs."""
-    with _hub_lock:
-        hub = _hub
+    hub = _hubs.get("hub")
     return None if hub is None else hub.note()
 
 
 def _forget_hub_in_child() -> None:
-    global _hub
-    hub, _hub = _hub, None
+    hub = _hubs.pop("hub", None)
     if hub is not None:
         hub._forget_in_child()
 

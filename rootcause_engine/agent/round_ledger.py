@@ -58,7 +58,11 @@ class Joined:
 class RoundLedger:
     """One round's ledger, for one pod (see the module docstring). ``call`` is the round's bounded
     store operation (it raises what the store raises, or ``StoreUnresponsive``): the reads and
-    appends here raise the same, and their callers decide what a silent store means."""
+    appends here raise the same, and their callers decide what a silent store means.
+
+    Writing: :meth:`join`, :meth:`failed`, :meth:`lost`, and :meth:`mark` for the events that carry
+    nothing (``done``, ``said``, ``read``). Reading: :meth:`refresh` (the one store call), then
+    :meth:`joined`, :meth:`ranks`, :meth:`stalls` and :meth:`verdicts` on the history read."""
 
     def __init__(self, call: StoreCall, world_size: int, own_rank: int) -> None:
         self.call = call
@@ -79,14 +83,10 @@ class RoundLedger:
     def failed(self, stalled: CollectivePosition | None) -> None:
         self._append(FAILED, self.own_rank, data=None if stalled is None else stalled.to_json())
 
-    def done(self) -> None:
-        self._append(DONE, self.own_rank)
-
-    def said(self) -> None:
-        self._append(SAID, self.own_rank)
-
-    def read(self) -> None:
-        self._append(READ, self.own_rank)
+    def mark(self, kind: str) -> None:
+        """Append this pod's own ``done``, ``said`` or ``read`` (the events that carry nothing more)."""
+        assert kind in (DONE, SAID, READ), kind
+        self._append(kind, self.own_rank)
 
     def lost(self, peer: LostPeer) -> int | None:
         """Append a verdict on ``peer``: its entry number (``None``: the log takes no more)."""
@@ -101,10 +101,6 @@ class RoundLedger:
     def refresh(self) -> tuple[Event, ...]:
         """Read what was appended since the last look (any reader's); the history so far."""
         return self.log.refresh(self.call)
-
-    def events(self) -> tuple[Event, ...]:
-        """The history read so far, without a store call."""
-        return self.log.events()
 
     def joined(self) -> dict[int, Joined]:
         """Each pod's first valid ``join``, by group rank."""
@@ -126,17 +122,10 @@ class RoundLedger:
                                        contact)
         return found
 
-    def failed_ranks(self) -> frozenset[int]:
-        return self._ranks(FAILED)
-
-    def done_ranks(self) -> frozenset[int]:
-        return self._ranks(DONE)
-
-    def said_ranks(self) -> frozenset[int]:
-        return self._ranks(SAID)
-
-    def readers(self) -> frozenset[int]:
-        return self._ranks(READ)
+    def ranks(self, kind: str) -> frozenset[int]:
+        """The group ranks that appended a ``kind`` event (``failed``, ``done``, ``said``, ``read``...)."""
+        assert kind in ROUND_KINDS, kind
+        return self._view(kind, lambda: frozenset(event.rank for event in self._of(kind)))
 
     def stalls(self) -> dict[int, CollectivePosition]:
         """The collective each failed pod's workers timed out in, where they did (a malformed one
@@ -152,7 +141,7 @@ class RoundLedger:
         """The lost-pod verdicts after the first ``since`` events of the history, and the history's
         length now (the caller's next ``since``). A verdict names its pod by group rank only (its
         reader names it from its own members); its last beat, when it is a time."""
-        history = self.events()
+        history = self.log.events()
         found = []
         for event in history[since:]:
             if event.kind != LOST:
@@ -161,16 +150,13 @@ class RoundLedger:
             found.append(LostPeer(event.rank, f"group rank {event.rank}", last_seen))
         return found, len(history)
 
-    def _ranks(self, kind: str) -> frozenset[int]:
-        return self._view(kind, lambda: frozenset(event.rank for event in self._of(kind)))
-
     def _view(self, name: str, make: Callable[[], T]) -> T:
         """``make()``, made again only when the history changed since it was last made."""
-        history = self.events()
+        history = self.log.events()
         made = self._views.get(name)
         if made is None or made[0] is not history:
             made = self._views[name] = (history, make())
         return made[1]
 
     def _of(self, *kinds: str) -> Iterable[Event]:
-        return (event for event in self.events() if event.kind in kinds)
+        return (event for event in self.log.events() if event.kind in kinds)

@@ -209,21 +209,21 @@ class SoftRestartLoop:
     def _launch(self, parts: AgentParts) -> RunResult:
         self.parts = parts
         session = self.session
-        job_store = parts.job_store
+        job_store = parts.round.job_store
         running = None if job_store is None else SoftWorld.join_running(
             job_store, session.worker, session.min_nodes, store_timeout_s=session.store_timeout_s)
         if running is not None:
             return self._join_running_job(running)
-        parts.rendezvous()
-        if not parts.shares_rendezvous_store:
+        parts.round.rendezvous()
+        if not parts.round.shares_rendezvous_store:
             raise RuntimeError(
                 'restart_policy="soft" needs torch\'s shared rendezvous store (each new world\'s process group '
                 "meets there): unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE and use the c10d rendezvous backend"
             )
-        self.world = SoftWorld(job_store if job_store is not None else parts.store, parts.group_rank,
-                               session.worker, range(parts.group_world_size), session.min_nodes,
+        self.world = SoftWorld(job_store if job_store is not None else parts.round.store, parts.round.group_rank,
+                               session.worker, range(parts.round.group_world_size), session.min_nodes,
                                store_timeout_s=session.store_timeout_s)
-        self.world.announce_running()
+        self.world.entry.announce_running()
         self._world_formed(self.world.current)
         self._start_local_workers(self._healthy_events(self.world.current, None))
         return self._run()
@@ -236,11 +236,11 @@ class SoftRestartLoop:
         self.world = world
         logger.warning("soft restart: the job is running (world %d, nodes %s): joining it as node %d",
                        self.world.current.version, self.world.current.members, self.world.node)
-        self.parts.enter_running_job(self.world.node, len(self.world.current.members) + 1)
+        self.parts.round.enter_running_job(self.world.node, len(self.world.current.members) + 1)
         if self.world.job_finished():
             logger.warning("soft restart: the training already finished: nothing to join")
             self._note_finished_without_this_node()
-            return self.parts.finished_without_results()
+            return self.parts.ending.finished_without_results()
         self._wait_for_room()
         try:
             unhealed = self._restart_and_join()
@@ -254,7 +254,7 @@ class SoftRestartLoop:
         replaces is taken out once the peer watch declares it lost)."""
         limit = self.session.max_nodes
         deadline = time.monotonic() + self.session.timeout_s
-        while limit is not None and len(self.world.latest_formed().members) >= limit:
+        while limit is not None and len(self.world.entry.latest_formed().members) >= limit:
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"soft restart: the running job kept its maximum of {limit} nodes for "
                                    f"{self.session.timeout_s:g} s: there is no room for {self.session.worker}")
@@ -265,9 +265,9 @@ class SoftRestartLoop:
         parts = self.parts
         finished_seen: float | None = None
         while True:
-            time.sleep(parts.monitor_interval)
+            time.sleep(parts.workers.monitor_interval)
             self._scale_down_lost()
-            result = parts.poll()
+            result = parts.workers.poll()
             if is_succeeded(result):
                 self.world.announce_finished()
                 self._exit_barrier()
@@ -299,9 +299,9 @@ class SoftRestartLoop:
         another (a node lost: torch's barrier would wait its whole timeout for it; or one that joined
         later, which torch's barrier does not count), a barrier of the current world's nodes instead,
         so the store's host still outlives the others' last use of the store."""
-        if self.world.first_world_barrier():
-            self.parts.exit_barrier()
-        elif not self.world.exit_barrier(self.session.timeout_s):
+        if self.world.exit.uses_torch_barrier:
+            self.parts.ending.exit_barrier()
+        elif not self.world.exit.wait(self.session.timeout_s):
             logger.warning("soft restart: not every node of world %d reached the end within %g s",
                            self.world.current.version, self.session.timeout_s)
 
@@ -336,7 +336,7 @@ class SoftRestartLoop:
         logger.error("%s: ending the job", error)
         self.session.fatal_elsewhere = str(error)
         try:
-            self.world.fail_job(str(error))
+            self.world.leave(str(error), fatal=True)
         except (RuntimeError, OSError) as store_error:  # the store went with its pod: nobody to tell
             logger.warning("could not tell the other nodes: %s", store_error)
         self.session.end_workers()
@@ -345,34 +345,34 @@ class SoftRestartLoop:
 
     def _heal(self, result: RunResult) -> RunResult | None:
         """Stop, diagnose, and restart this node softly if allowed; the result to return if not."""
-        self.parts.stop_workers()
+        self.parts.workers.stop()
         if self.world.change_proposed() and (fatal := self.world.peek().fatal) is not None:
             self.session.fatal_elsewhere = f"{fatal.name}: {fatal.reason}"
             return result  # the job failed elsewhere first: this node's workers fell with it
-        diagnosis = self.session.diagnose(self.parts.child_failed_error(result))
+        diagnosis = self.session.diagnose(self.parts.ending.child_failed_error(result))
         recoverable = diagnosis is not None and diagnosis.recoverable
         failed_before, self.failed_before = self.failed_before, True
-        healable = recoverable and not failed_before and self.parts.remaining_restarts > 0
+        healable = recoverable and not failed_before and self.parts.ending.remaining_restarts > 0
         if not healable:
             why = "not recoverable" if not recoverable else (
                 "this node failed before" if failed_before else "no restarts left")
             logger.error("soft restart: this node's failure ends the job (%s)", why)
-            self.world.fail_job(_summary(diagnosis))
+            self.world.leave(_summary(diagnosis), fatal=True)
             return result
         logger.warning("soft restart: leaving the world, restarting this node's workers: %s", _summary(diagnosis))
         self.world.leave(_summary(diagnosis))
-        self.parts.use_restart()
+        self.parts.ending.use_restart()
         return self._restart_and_join()
 
     def _restart_and_join(self) -> RunResult | None:
         """Start this node's workers PAUSED, wait until they are ready, and join the next world; the
         result to return if they ended first or the training finished meanwhile."""
         paused = WorkerEvent(time.time(), ChannelState.PAUSED, WorldChangeEvent.SCALE_UP)
-        self._start_local_workers({local_rank: paused for local_rank in self.parts.ranks()})
+        self._start_local_workers({local_rank: paused for local_rank in self.parts.workers.ranks()})
         ended = self._wait_until_ready()
         if ended is not None:
             return self._heal(ended) if is_failed(ended) else ended
-        world = self.world.join(self.session.timeout_s)
+        world = self.world.entry.join(self.session.timeout_s)
         if world.finished:
             return self._finished_elsewhere()
         self._enter(world)
@@ -382,9 +382,9 @@ class SoftRestartLoop:
         """The training ended while this node restarted: its workers are not needed any more."""
         logger.warning("soft restart: the training finished while this node restarted; stopping its workers")
         self._note_finished_without_this_node()
-        self.parts.stop_workers()
+        self.parts.workers.stop()
         self._exit_barrier()
-        return self.parts.finished_without_results()
+        return self.parts.ending.finished_without_results()
 
     def _note_finished_without_this_node(self) -> None:
         """For the history (the log and the Deck): the training ended while this node was not in the world."""
@@ -394,8 +394,8 @@ class SoftRestartLoop:
     def _wait_until_ready(self) -> RunResult | None:
         """Wait until every restarted worker waits for a world; the poll's result if they ended first."""
         deadline = time.monotonic() + self.session.timeout_s
-        while not self.session.channel.waiting(self.parts.pids()):
-            result = self.parts.poll()
+        while not self.session.channel.waiting(self.parts.workers.pids()):
+            result = self.parts.workers.poll()
             if not is_healthy(result):
                 return result
             if self.world.job_finished():
@@ -404,14 +404,14 @@ class SoftRestartLoop:
                 raise TimeoutError(
                     f"soft restart: this node's restarted workers were not ready within {self.session.timeout_s:g} s"
                 )
-            time.sleep(min(self.parts.monitor_interval, 0.05))
+            time.sleep(min(self.parts.workers.monitor_interval, 0.05))
         return None
 
     # --- a change elsewhere --------------------------------------------------------------------
 
     def _follow_change(self) -> None:
         change = _change_event(self.world.peek())
-        for local_rank in self.parts.ranks():
+        for local_rank in self.parts.workers.ranks():
             self.session.channel.publish(local_rank, WorkerEvent(time.time(), ChannelState.PAUSED, change))
         world = self.world.next_world(self.session.timeout_s)
         if not world.finished:  # else this node's workers are done with their last step: they return
@@ -438,9 +438,9 @@ class SoftRestartLoop:
 
     def _world_formed(self, world: World) -> None:
         """Follow ``world`` in torch's worker group (ranks for return values) and in the timeline."""
-        local = self.parts.local_world_size
+        local = self.parts.workers.local_world_size
         rank = world.group_rank(self.world.node)
-        self.parts.set_ranks(rank * local, local * len(world.members))
+        self.parts.workers.set_ranks(rank * local, local * len(world.members))
         with self.session.lock:
             self.session.worlds.append((world.version, world.members, time.time_ns()))
             self.session.changes = world.changes
@@ -456,7 +456,7 @@ class SoftRestartLoop:
 
     def _healthy_events(self, world: World, change: WorldChangeEvent | None) -> dict[int, WorkerEvent]:
         parts = self.parts
-        master_addr, master_port = parts.world_store_address
+        master_addr, master_port = parts.round.world_store_address
         return {
             local_rank: WorkerEvent(
                 time.time(),
@@ -466,7 +466,7 @@ class SoftRestartLoop:
                     local_rank=local_rank,
                     role_rank=rank,
                     rank=rank,
-                    local_world_size=parts.local_world_size,
+                    local_world_size=parts.workers.local_world_size,
                     role_world_size=world_size,
                     world_size=world_size,
                     master_addr=master_addr,
@@ -474,11 +474,11 @@ class SoftRestartLoop:
                     world_version=world.version,
                 ),
             )
-            for local_rank, (rank, world_size) in parts.ranks().items()
+            for local_rank, (rank, world_size) in parts.workers.ranks().items()
         }
 
     def _start_local_workers(self, first_events: dict[int, WorkerEvent]) -> None:
         """Start this node's workers, each with a fresh channel file holding its first event."""
         for local_rank, event in first_events.items():
             self.session.channel.start_fresh(local_rank, event)
-        self.parts.start_workers()
+        self.parts.workers.start()

@@ -34,67 +34,41 @@ rendezvous, whose round is closed: it takes the next free index (:meth:`SoftWorl
 and joins like a restarted node. These keys live in the rendezvous store under the job's run id,
 not under the first round's prefix, so such a pod finds them.
 
-Every store call goes through a :class:`~.bounded_store.BoundedStore` (``store_timeout_s``: a store
-whose host froze raises ``StoreUnresponsive``, a ``TimeoutError``, instead of blocking the loop for
-ever), and every value read is checked by :mod:`.store_values`. Each node reads the same bytes, so a
-value that is not valid is skipped alike by all: an entry that is not a change, a proposal that is no
+Every store call is one of :class:`~.soft_world_store.SoftWorldStore`'s typed operations (one bounded
+client, ``store_timeout_s`` per call: a store whose host froze raises ``StoreUnresponsive``, a
+``TimeoutError``, instead of blocking the loop for ever; its docstring holds the one error policy),
+and every value read is checked by :mod:`.store_values`. Each node reads the same bytes, so a value
+that is not valid is skipped alike by all: an entry that is not a change, a proposal that is no
 length (its world is abandoned), a decision that is neither ``formed`` nor ``abandoned`` (not
 formed). A log longer than :data:`MAX_LOG_ENTRIES` cannot be agreed on: :class:`WorldUnreadable`.
+
+A :class:`SoftWorld` is what the loop asks at every step (a change proposed? the training over?) and
+this node's own changes; its two parts are the rarer moments: :class:`WorldEntry` (``world.entry``:
+the first world, a join) and :class:`ExitBarrier` (``world.exit``: the end of the job).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from rootcause_core.liveness import SILENCE_LIMIT_S
-from rootcause_engine.agent.bounded_store import BoundedStore
-from rootcause_engine.agent.event_log import Event, EventLog
+from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.isolation_gate import api_endpoint, may_name_missing
-from rootcause_engine.agent.store_values import (
-    MAX_COUNT,
-    as_dict,
-    as_int,
-    bad_value,
-    bump_counter,
-    int_value,
-    json_value,
-    read_value,
-    text_value,
-)
-from rootcause_engine.store_layout import (
-    SOFT_ADDED_KEY,
-    SOFT_FINISHED_KEY,
-    SOFT_JOB_KEY,
-    SOFT_LOG_LENGTH_KEY,
-    soft_arrive_key,
-    soft_decided_key,
-    soft_exit_key,
-    soft_log_key,
-    soft_lost_key,
-    soft_world_key,
-)
+from rootcause_engine.agent.soft_world_store import ABANDONED, FORMED, MAX_LOG_ENTRIES, SoftWorldStore
+from rootcause_engine.store_layout import SOFT_ADDED_KEY, SOFT_LOG_LENGTH_KEY
 
 logger = logging.getLogger(__name__)
-
-FORMED, ABANDONED = "formed", "abandoned"
 
 #: How often a node waiting for the other members of a world looks at the store.
 POLL_INTERVAL_S = 0.01
 #: The deadline of each store call (a frozen store host): the peer watch's silence limit by default.
 STORE_TIMEOUT_S = SILENCE_LIMIT_S
-#: The most membership changes a job's log may hold. A node restarts once (its second failure ends
-#: the job), so a job logs a few changes per node; a longer log is not one of ours, and reading it
-#: would cost every node that many store reads.
-MAX_LOG_ENTRIES = 4096
-#: The membership log's kinds of event: a node ``leave``s (it restarts its workers), ``join``s (its
-#: workers are ready again), fails for good (``fatal``) or is ``lost``.
-JOB_KINDS = ("leave", "join", "fatal", "lost")
+#: What :meth:`SoftWorld._decide` answers when the training ended before the world formed (no decision).
+_TRAINING_OVER = "finished"
 
 
 class WorldUnreadable(TimeoutError):
@@ -139,201 +113,93 @@ def members_after(initial: Sequence[int], changes: Sequence[Event]) -> tuple[tup
     return tuple(sorted(nodes)), fatal
 
 
+
 class SoftWorld:
     """This node's view of the agreed worlds (see the module docstring).
 
     ``store`` is torch's store (a world's process group and peer watch meet under its prefixes); this
-    class calls it only through its bounded client (``store_timeout_s`` per call)."""
+    class reads and writes its soft-world keys only through :attr:`keys`, their typed operations."""
 
     def __init__(self, store: Any, node: int, name: str, initial: Sequence[int], min_nodes: int = 1, *,
-                 store_timeout_s: float = STORE_TIMEOUT_S, client: BoundedStore | None = None) -> None:
+                 store_timeout_s: float = STORE_TIMEOUT_S, keys: SoftWorldStore | None = None) -> None:
         self.store = store
         self.node = node
         self.name = name
         self.initial = tuple(initial)
         self.min_nodes = min_nodes
         self.current = World(0, tuple(sorted(initial)))
-        self._client = client if client is not None else _client(store, store_timeout_s)
-        self._lock = threading.Lock()  # one call at a time: the bounded client serves one
-        self._log = EventLog(SOFT_LOG_LENGTH_KEY, soft_log_key, kinds=JOB_KINDS, max_rank=MAX_COUNT,
-                             max_entries=MAX_LOG_ENTRIES)
-
-    def _call(self, operation: str, *args: Any) -> Any:
-        with self._lock:
-            return self._client.call(operation, *args)
+        self.keys = keys if keys is not None else SoftWorldStore(store, store_timeout_s)
+        self._proposals = _Proposals(self.keys, node, name, self.initial)
+        #: entering a world other than by following a change: the first one, a join
+        self.entry = WorldEntry(self, self._proposals)
+        #: the end of the job: which barrier, and this world's own
+        self.exit = ExitBarrier(self)
 
     def close(self) -> None:
-        """Release the bounded client's helper thread (the loop is over)."""
-        self._client.close()
+        """Release the store client's helper thread (the loop is over)."""
+        self.keys.close()
 
-    # --- a job running, and pods that join it later ------------------------------------------
-
-    def announce_running(self) -> None:
-        """The first world formed: a pod that arrives from now on joins it (:meth:`join_running`)."""
-        self._call("set", SOFT_JOB_KEY, json.dumps({"nodes": len(self.initial)}))
+    # --- the job: a pod that finds it running, and its end -------------------------------------
 
     @staticmethod
     def running_job_nodes(store: Any, store_timeout_s: float = STORE_TIMEOUT_S) -> int | None:
         """The first world's node count of the job running in ``store``; ``None`` if none runs yet."""
-        client = _client(store, store_timeout_s)
+        keys = SoftWorldStore(store, store_timeout_s)
         try:
-            return _job_nodes(client.call)
+            return keys.job.nodes()
         finally:
-            client.close()
+            keys.close()
 
     @classmethod
     def join_running(cls, store: Any, name: str, min_nodes: int = 1, *,
                      store_timeout_s: float = STORE_TIMEOUT_S) -> SoftWorld | None:
         """A pod arriving once the job runs: a fresh node index after every earlier one, and the
-        latest formed world as the current one (its :meth:`join` then asks for the next). ``None``
+        latest formed world as the current one (its ``entry.join`` then asks for the next). ``None``
         (and nothing written) when no job runs yet: the pod takes part in torch's rendezvous."""
-        client = _client(store, store_timeout_s)
-        initial = _job_nodes(client.call)
+        keys = SoftWorldStore(store, store_timeout_s)
+        initial = keys.job.nodes()
         if initial is None:
-            client.close()
+            keys.close()
             return None
-        added = bump_counter(client.call, SOFT_ADDED_KEY)
+        added = keys.job.count_added_pod()
         if added is None:
-            client.close()
+            keys.close()
             raise WorldUnreadable(f"the count of pods that joined the running job ({SOFT_ADDED_KEY}) is no count")
-        world = cls(store, initial - 1 + added, name, range(initial), min_nodes, client=client)
-        world.current = world.latest_formed()
+        world = cls(store, initial - 1 + added, name, range(initial), min_nodes, keys=keys)
+        world.current = world.entry.latest_formed()
         return world
-
-    def latest_formed(self) -> World:
-        """The newest world the pods formed (the first one if none formed since)."""
-        latest = self.current
-        for version in range(1, MAX_LOG_ENTRIES + 2):  # each world covers one more change at least
-            decision = self._decision(version)
-            if decision is None:
-                return latest
-            if decision == FORMED and not (world := self._world(version)).void:
-                latest = world
-        raise WorldUnreadable(f"more than {MAX_LOG_ENTRIES + 1} worlds were decided")
-
-    # --- log and proposals ---------------------------------------------------------------------
-
-    def _append(self, op: str, reason: str = "", node: int | None = None, name: str | None = None) -> int:
-        change = Event(op, self.node if node is None else node, name or self.name, reason, time.time_ns())
-        index = self._log.append(self._call, change)
-        if index is None:
-            raise WorldUnreadable(f"the membership log ({SOFT_LOG_LENGTH_KEY}) cannot take another change")
-        return index
-
-    def _changes_through(self, length: int) -> list[Event]:
-        """The valid changes among log entries 1 to ``length`` (a gap waited for, then voided)."""
-        return list(self._log.read_through(self._call, length, poll_s=POLL_INTERVAL_S))
-
-    def _proposed_length(self, version: int) -> int | None:
-        """Propose world ``version`` as the log so far; the length of whichever proposal won
-        (``None`` for one that is no length)."""
-        length = self._log.length(self._call)
-        if length is None:
-            raise WorldUnreadable(f"the membership log's length ({SOFT_LOG_LENGTH_KEY}) is no count")
-        won = self._call("compare_set", soft_world_key(version), "", str(length))
-        return int_value(won, soft_world_key(version), high=MAX_LOG_ENTRIES)
-
-    def _propose_covering(self, index: int) -> int:
-        """The first world whose proposal includes log entry ``index`` (proposing it if needed)."""
-        for version in range(self.current.version + 1, MAX_LOG_ENTRIES + 2):
-            length = self._proposed_length(version)
-            if length is not None and length >= index:
-                return version
-        raise WorldUnreadable(f"no world up to {MAX_LOG_ENTRIES + 1} covers membership change {index}")
 
     def announce_finished(self) -> None:
         """This node's workers all returned: the training is over."""
-        self._call("set", SOFT_FINISHED_KEY, str(time.time_ns()))
+        self.keys.job.mark_finished()
 
     def job_finished(self) -> bool:
-        return bool(self._call("check", [SOFT_FINISHED_KEY]))
+        return self.keys.job.finished()
 
-    def change_proposed(self) -> bool:
-        """Whether a world after the current one was proposed (one store round trip)."""
-        return bool(self._call("check", [soft_world_key(self.current.version + 1)]))
+    # --- this node's changes --------------------------------------------------------------------
 
-    def leave(self, reason: str) -> None:
-        """This node failed and restarts its workers: the others go on without it."""
-        self._propose_covering(self._append("leave", reason))
+    def leave(self, reason: str, *, fatal: bool = False) -> None:
+        """This node failed and restarts its workers: the others go on without it. ``fatal``: its
+        failure ends the job instead (log op ``fatal``): every node ends its workers."""
+        self._proposals.cover(self._proposals.log("fatal" if fatal else "leave", reason), self.current.version)
 
     def remove_lost(self, node: int, name: str, reason: str) -> bool:
         """Another node is lost (the peer watch's verdict: a vanished or frozen pod): the others go on
         without it. The first node to say so logs it (one ``compare_set``); False for the others."""
-        key = soft_lost_key(node)
-        if text_value(self._call("compare_set", key, "", str(self.node)), key) != str(self.node):
+        if not self.keys.log.claim_lost(node, by=self.node):
             return False
-        self._propose_covering(self._append("lost", reason, node=node, name=name))
+        self._proposals.cover(self._proposals.log("lost", reason, node=node, name=name), self.current.version)
         return True
 
-    def first_world_barrier(self) -> bool:
-        """Whether the job ends in torch's exit barrier (every node of the first world) rather than in
-        :meth:`exit_barrier`: while no node was lost and none joined later, and this node is one of the
-        first world's. Every node of a world decides alike (a node that restarted and never rejoined
-        included), but one that joined the running job, which torch's barrier does not count."""
-        current = self.current
-        return (
-            self.node in self.initial
-            and set(current.members) <= set(self.initial)
-            and not any(change.kind == "lost" for change in current.changes)
-        )
+    # --- following the changes: forming each next world -----------------------------------------
 
-    def exit_barrier(self, timeout_s: float) -> bool:
-        """Wait until every node of the current world, and this one, has reached the end of the job
-        (torch's own exit barrier waits for every node of the *first* world, a lost one included).
-        False when some did not within ``timeout_s``."""
-        self._call("set", soft_exit_key(self.node), str(time.time_ns()))
-        keys = [soft_exit_key(node) for node in sorted({*self.current.members, self.node})]
-        deadline = time.monotonic() + timeout_s
-        while not self._call("check", keys):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(10 * POLL_INTERVAL_S)
-        return True
-
-    def fail_job(self, reason: str) -> None:
-        """This node failed for good: every node ends its workers."""
-        self._propose_covering(self._append("fatal", reason))
-
-    def join(self, timeout_s: float) -> World:
-        """This node's restarted workers (or, for a pod that joins the running job, its first ones)
-        are ready: wait for the world that takes it in."""
-        reason = "" if self.node in self.initial else "a pod that joined the running job"
-        version = self._propose_covering(self._append("join", reason))
-        self.current = dataclasses.replace(self.current, version=version - 1)
-        return self.next_world(timeout_s)
+    def change_proposed(self) -> bool:
+        """Whether a world after the current one was proposed (one store round trip)."""
+        return self.keys.worlds.proposed(self.current.version + 1)
 
     def peek(self) -> World:
         """The next proposed world as proposed (not yet formed); call after :meth:`change_proposed`."""
-        return self._world(self.current.version + 1)
-
-    def _world(self, version: int) -> World:
-        """World ``version`` as proposed; ``void`` when its proposal is no log length (or absent)."""
-        key = soft_world_key(version)
-        length = int_value(read_value(self._call, key), key, high=MAX_LOG_ENTRIES)
-        if length is None:
-            return World(version, self.current.members, void=True)
-        changes = self._changes_through(length)
-        members, fatal = members_after(self.initial, changes)
-        return World(version, members, fatal, tuple(changes))
-
-    def _decision(self, version: int) -> str | None:
-        """World ``version``'s decision: ``None`` while undecided; anything but ``formed`` is not."""
-        return _decision_text(read_value(self._call, soft_decided_key(version)), soft_decided_key(version))
-
-    def _abandon(self, version: int) -> None:
-        """World ``version`` will not form: make sure a next one is proposed. Where a newer proposal
-        or a lost member abandoned it, that proposal is there already (the ``compare_set`` changes
-        nothing); where only a decision that was not ours did, the next world is the log so far."""
-        self._decide_once(version, ABANDONED)
-        self._proposed_length(version + 1)
-
-    def _decide_once(self, version: int, decision: str) -> str:
-        """Propose ``decision`` for world ``version``; the one that won (the first proposal)."""
-        key = soft_decided_key(version)
-        won = _decision_text(self._call("compare_set", key, "", decision), key)
-        return won if won is not None else ABANDONED
-
-    # --- forming a world ----------------------------------------------------------------------
+        return self._proposals.world(self.current.version + 1, self.current.members)
 
     def next_world(self, timeout_s: float) -> World:
         """Arrive at the next proposed world and return the first one that forms (or a fatal one).
@@ -348,7 +214,7 @@ class SoftWorld:
             if version > MAX_LOG_ENTRIES + 1:
                 raise WorldUnreadable(f"no world up to {MAX_LOG_ENTRIES + 1} could be formed")
             self._await_proposal(version, timeout_s)
-            world = self._world(version)
+            world = self._proposals.world(version, self.current.members)
             if world.void:
                 self._abandon(version)
                 version += 1
@@ -361,45 +227,49 @@ class SoftWorld:
                                "waiting for a node to come back", version, len(world.members), self.min_nodes)
                 version += 1
                 continue
-            self._call("set", soft_arrive_key(version, self.node), str(time.time_ns()))
+            self.keys.worlds.arrive(version, self.node)
             decision = self._decide(world, timeout_s)
             if decision == FORMED:
                 self.current = world
                 logger.info("soft restart: world %d formed with nodes %s", version, world.members)
                 return world
-            if decision == SOFT_FINISHED_KEY:
+            if decision == _TRAINING_OVER:
                 return dataclasses.replace(world, finished=True)
             self._abandon(version)
             version += 1
 
     def _await_proposal(self, version: int, timeout_s: float) -> None:
-        key = soft_world_key(version)
         deadline = time.monotonic() + timeout_s
-        while not self._call("check", [key]):
+        while not self.keys.worlds.proposed(version):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"soft restart: no world {version} was proposed within {timeout_s:g} s")
             time.sleep(POLL_INTERVAL_S)
 
     def _decide(self, world: World, timeout_s: float) -> str:
-        arrivals = [soft_arrive_key(world.version, node) for node in world.members]
-        newer = soft_world_key(world.version + 1)
         deadline = time.monotonic() + timeout_s
         while True:
-            if (decided := self._decision(world.version)) is not None:
+            if (decided := self.keys.worlds.decision(world.version)) is not None:
                 return decided
-            if self._call("check", arrivals):
-                return self._decide_once(world.version, FORMED)
-            if self._call("check", [newer]):
-                return self._decide_once(world.version, ABANDONED)
-            if self._call("check", [SOFT_FINISHED_KEY]):
-                return SOFT_FINISHED_KEY  # not a decision: the members still training finish in their own world
+            if self.keys.worlds.all_arrived(world.version, world.members):
+                return self.keys.worlds.decide(world.version, FORMED)
+            if self.keys.worlds.proposed(world.version + 1):
+                return self.keys.worlds.decide(world.version, ABANDONED)
+            if self.keys.job.finished():
+                return _TRAINING_OVER  # not a decision: the members still training finish in their own world
             if time.monotonic() >= deadline:
-                self._give_up_on_missing(world, arrivals)
-                return self._decide_once(world.version, ABANDONED)
+                self._give_up_on_missing(world)
+                return self.keys.worlds.decide(world.version, ABANDONED)
             time.sleep(POLL_INTERVAL_S)
 
-    def _give_up_on_missing(self, world: World, arrivals: list[str]) -> None:
-        missing = [node for node, key in zip(world.members, arrivals, strict=True) if not self._call("check", [key])]
+    def _abandon(self, version: int) -> None:
+        """World ``version`` will not form: make sure a next one is proposed. Where a newer proposal
+        or a lost member abandoned it, that proposal is there already (the ``compare_set`` changes
+        nothing); where only a decision that was not ours did, the next world is the log so far."""
+        self.keys.worlds.decide(version, ABANDONED)
+        self._proposals.propose(version + 1)
+
+    def _give_up_on_missing(self, world: World) -> None:
+        missing = [node for node in world.members if not self.keys.worlds.arrived(world.version, node)]
         refused = may_name_missing(missing=len(missing), arrived=len(world.members) - len(missing) - 1,
                                    api=api_endpoint())
         if refused is not None:  # the isolation gate: a cut-off node writes no verdict, even into its own store
@@ -409,30 +279,122 @@ class SoftWorld:
                        world.version)
         last = 0
         for node in missing:
-            last = self._append("lost", f"never arrived at world {world.version}", node=node, name=f"node {node}")
+            last = self._proposals.log("lost", f"never arrived at world {world.version}", node=node,
+                                       name=f"node {node}")
         if last:
-            self._propose_covering(last)
+            self._proposals.cover(last, self.current.version)
 
 
-def _client(store: Any, timeout_s: float) -> BoundedStore:
-    return BoundedStore(store, timeout_s, name="rendezvous store (soft restarts)")
+class WorldEntry:
+    """How a node enters a world other than by following a change (``world.entry``): the first one
+    (torch's rendezvous; the job is announced, so later pods join it), and a join: this node's
+    restarted workers, or a pod that joined the running job, from the latest formed world."""
+
+    def __init__(self, world: SoftWorld, proposals: _Proposals) -> None:
+        self._world = world
+        self._proposals = proposals
+
+    def announce_running(self) -> None:
+        """The first world formed: a pod that arrives from now on joins it (:meth:`SoftWorld.join_running`)."""
+        self._world.keys.job.announce(len(self._world.initial))
+
+    def join(self, timeout_s: float) -> World:
+        """This node's restarted workers (or, for a pod that joins the running job, its first ones)
+        are ready: wait for the world that takes it in."""
+        world = self._world
+        reason = "" if world.node in world.initial else "a pod that joined the running job"
+        version = self._proposals.cover(self._proposals.log("join", reason), world.current.version)
+        world.current = dataclasses.replace(world.current, version=version - 1)
+        return world.next_world(timeout_s)
+
+    def latest_formed(self) -> World:
+        """The newest world the pods formed (the current one if none formed since the first)."""
+        latest = self._world.current
+        for version in range(1, MAX_LOG_ENTRIES + 2):  # each world covers one more change at least
+            decision = self._world.keys.worlds.decision(version)
+            if decision is None:
+                return latest
+            if decision == FORMED and not (world := self._proposals.world(version, self._world.current.members)).void:
+                latest = world
+        raise WorldUnreadable(f"more than {MAX_LOG_ENTRIES + 1} worlds were decided")
 
 
-def _job_nodes(call: Any) -> int | None:
-    """The first world's node count of the running job (``job``); ``None`` when none runs yet, or
-    when the value is no node count (logged: the pod then takes part in torch's rendezvous)."""
-    entry = as_dict(json_value(read_value(call, SOFT_JOB_KEY), SOFT_JOB_KEY))
-    nodes = None if entry is None else as_int(entry.get("nodes"), low=1, high=MAX_COUNT)
-    if entry is not None and nodes is None:
-        bad_value(SOFT_JOB_KEY, "no node count")
-    return nodes
+class ExitBarrier:
+    """The end of the job (``world.exit``): torch's exit barrier waits for every node of the *first*
+    world, a lost one included, and knows no pod that joined later; past such a change the nodes of
+    the current world wait for each other here instead."""
+
+    def __init__(self, world: SoftWorld) -> None:
+        self._world = world
+
+    @property
+    def uses_torch_barrier(self) -> bool:
+        """Whether the job ends in torch's exit barrier rather than in :meth:`wait`: while no node was
+        lost and none joined later, and this node is one of the first world's. Every node of a world
+        decides alike (a node that restarted and never rejoined included), but one that joined the
+        running job, which torch's barrier does not count."""
+        world = self._world
+        return (
+            world.node in world.initial
+            and set(world.current.members) <= set(world.initial)
+            and not any(change.kind == "lost" for change in world.current.changes)
+        )
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until every node of the current world, and this one, has reached the end of the job.
+        False when some did not within ``timeout_s``."""
+        world = self._world
+        world.keys.job.mark_exited(world.node)
+        nodes = sorted({*world.current.members, world.node})
+        deadline = time.monotonic() + timeout_s
+        while not world.keys.job.all_exited(nodes):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(10 * POLL_INTERVAL_S)
+        return True
 
 
-def _decision_text(value: bytes | None, key: str) -> str | None:
-    """A decision read from ``key``: ``None`` when absent; one that is neither ``formed`` nor
-    ``abandoned`` counts as ``abandoned`` (logged): every node reads the same bytes."""
-    text = text_value(value, key, max_bytes=16)
-    if value is not None and text not in (FORMED, ABANDONED):
-        bad_value(key, "neither formed nor abandoned")
-        return ABANDONED
-    return text
+class _Proposals:
+    """The membership log and the worlds proposed over it (the module docstring), shared by a world
+    and its entry: this node's changes logged, proposals covering them, worlds read as proposed."""
+
+    def __init__(self, keys: SoftWorldStore, node: int, name: str, initial: tuple[int, ...]) -> None:
+        self._keys = keys
+        self._node = node
+        self._name = name
+        self._initial = initial
+
+    def log(self, kind: str, reason: str = "", node: int | None = None, name: str | None = None) -> int:
+        """Append a change (about this node unless ``node``); its index in the log."""
+        change = Event(kind, self._node if node is None else node, name or self._name, reason, time.time_ns())
+        index = self._keys.log.append(change)
+        if index is None:
+            raise WorldUnreadable(f"the membership log ({SOFT_LOG_LENGTH_KEY}) cannot take another change")
+        return index
+
+    def propose(self, version: int) -> int | None:
+        """Propose world ``version`` as the log so far; the length of whichever proposal won
+        (``None`` for one that is no length)."""
+        length = self._keys.log.length()
+        if length is None:
+            raise WorldUnreadable(f"the membership log's length ({SOFT_LOG_LENGTH_KEY}) is no count")
+        return self._keys.worlds.claim(version, length)
+
+    def cover(self, index: int, current: int) -> int:
+        """The first world after ``current`` whose proposal includes log entry ``index`` (proposing it
+        if needed)."""
+        for version in range(current + 1, MAX_LOG_ENTRIES + 2):
+            length = self.propose(version)
+            if length is not None and length >= index:
+                return version
+        raise WorldUnreadable(f"no world up to {MAX_LOG_ENTRIES + 1} covers membership change {index}")
+
+    def world(self, version: int, members_if_void: tuple[int, ...]) -> World:
+        """World ``version`` as proposed; ``void`` (with ``members_if_void``) when its proposal is no
+        log length (or absent)."""
+        length = self._keys.worlds.length(version)
+        if length is None:
+            return World(version, members_if_void, void=True)
+        changes = self._keys.log.changes_through(length, poll_s=POLL_INTERVAL_S)
+        members, fatal = members_after(self._initial, changes)
+        return World(version, members, fatal, tuple(changes))

@@ -216,6 +216,16 @@ class KeptStores:
             timeout=timedelta(seconds=self._read_timeout_s),
         )
 
+    def hand_over(self) -> None:
+        """Leave the rendezvous store's keeper running until the agent process exits (it ends then by
+        itself): the launch falls back to upstream's after it started, and a peer may already be
+        connected to it. Killing it would cut that peer off its rendezvous; upstream's agent finds
+        the port taken and connects to the keeper as torch does on any shared machine."""
+        if self.rendezvous is not None:
+            logger.info("the rendezvous store stays in keeper process %d for upstream's launch", self.rendezvous.pid)
+            self.keepers.remove(self.rendezvous)
+            self.rendezvous = None
+
     def stop(self) -> None:
         for keeper in reversed(self.keepers):
             stop_keeper(keeper)

@@ -37,7 +37,6 @@ import dataclasses
 import enum
 import logging
 import re
-import threading
 import time
 import types
 import typing
@@ -45,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rootcause_core.bounded_json import loads_bounded
+from rootcause_engine.upstream.say_once import SayOnce
 
 logger = logging.getLogger(__name__)
 
@@ -82,20 +82,16 @@ _GAPS_PER_LOOK = 16
 #: A store operation: ``call(operation, *args)``, raising what the store raises (or a timeout).
 StoreCall = Callable[..., Any]
 
-_reported: set[str] = set()
-_reported_lock = threading.Lock()
 #: Keys reported at most this many, so that a forger writing many keys cannot grow the memory.
 _MAX_REPORTED = 4096
+_reported = SayOnce(most=_MAX_REPORTED)
 
 
 def bad_value(key: str, why: str) -> None:
     """Log that ``key`` held a value its reader refused: once per key (a heartbeat reads the same
-    bad value at every beat), at debug level after the first :data:`_MAX_REPORTED` keys."""
-    with _reported_lock:
-        first = key not in _reported and len(_reported) < _MAX_REPORTED
-        if first:
-            _reported.add(key)
-    (logger.warning if first else logger.debug)(
+    bad value at every beat), at debug level after the first :data:`_MAX_REPORTED` keys (no lock:
+    :class:`~rootcause_engine.upstream.say_once.SayOnce` needs none)."""
+    (logger.warning if _reported.first(key) else logger.debug)(
         "rendezvous store: ignoring the value of %s (%s): not what this key holds", key, why
     )
 

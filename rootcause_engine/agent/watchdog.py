@@ -5,9 +5,10 @@ rendezvous whose store died with a peer, a deadlock when every worker dies at on
 the NCCL watchdog). The pod then hangs until someone kills it, and no error document is written.
 Flyte 2's pytorch plugin counts zombie children and calls ``os._exit(1)``: the pod ends, silently.
 
-This watchdog runs on a thread of the agent process for the duration of the launch. Every
-``interval_s`` it looks at what the launch observer and the death watcher know (no torch state,
-nothing that blocks) and decides, with the pure :func:`hang_deadline_ns`, whether the agent is hung:
+This watchdog runs on the launch's watch thread (:func:`launch_watch`, shared with the hang watch's
+schedule) for the duration of the launch. Every ``interval_s`` it looks at what the launch observer
+and the death watcher know (no torch state, nothing that blocks) and decides, with the pure
+:func:`hang_deadline_ns`, whether the agent is hung:
 
 - a worker of the last attempt failed (a non-zero exit, a death by signal, an error file, or, in a
   function launch, any exit before torch collected every return value) and the agent has not
@@ -43,7 +44,6 @@ import dataclasses
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -56,7 +56,7 @@ from rootcause_engine.agent.failure_sink import DEFAULT_SINK_TIMEOUT_S, deliver_
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_record import WorkerRecord, record_launch
-from rootcause_engine.thread_guard import LoopGuard, guarded_thread
+from rootcause_engine.thread_guard import Duty, GuardedLoop, LoopGuard
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ TORCH_EXIT_BARRIER_TIMEOUT_S = 300.0
 TORCH_RENDEZVOUS_JOIN_TIMEOUT_S = 600.0
 TORCH_RENDEZVOUS_LAST_CALL_TIMEOUT_S = 30.0
 
+
+def launch_watch() -> GuardedLoop:
+    """The launch's one watch thread (not started): the watchdog's looks, and the hang watch's schedule
+    (its looks run on the callback pool: the thread never waits for one). The launch session owns it;
+    a watchdog or a hang watch used alone owns one of its own."""
+    return GuardedLoop("rootcause-launch-watch")
 
 
 def rendezvous_allowance_s(rdzv_configs: Mapping[str, Any] | None) -> float:
@@ -197,7 +203,7 @@ def _describe_hang(snapshot: AgentSnapshot, settings: WatchdogSettings) -> str:
 
 
 class AgentWatchdog:
-    """Background thread that ends a hung agent after reporting its root cause; a context manager."""
+    """Ends a hung agent after reporting its root cause; a context manager around the launch."""
 
     def __init__(
         self,
@@ -208,34 +214,44 @@ class AgentWatchdog:
         peers: PeerTestimony | None = None,
         retry_rule: RetryRule = RetryRule.ON_REQUEST,
         exit_process: Callable[[int], Any] = os._exit,
+        loop: GuardedLoop | None = None,
     ) -> None:
         """``error_of`` turns the diagnosis into the front-end's exception (what the failure sink
         writes); ``peers``: the other pods, told and asked as on the normal failure path;
-        ``retry_rule``: the front-end's, as for the launch's other diagnoses."""
+        ``retry_rule``: the front-end's, as for the launch's other diagnoses; ``loop``: the launch's
+        watch thread its looks run on, started and stopped by its owner (``None``: one of its own)."""
         self.observer = observer
         self.retry_rule = retry_rule
         self.settings = settings
         self.error_of = error_of
         self.peers = peers
         self._exit_process = exit_process
-        self._stop = threading.Event()
+        self._loop = loop if loop is not None else launch_watch()
+        self._owns_loop = loop is None
+        self._duty: Duty | None = None
+        self._ended = False  # the launch is over: a look under way must not fire any more
         self._expedited: tuple[float, str, Trigger] | None = None  # (monotonic deadline, why, trigger)
         self._failures_seen: dict[LaunchedWorker, int] = {}  # take_snapshot's memory across looks
         #: a look that raised costs that look only (the watchdog is the pod's last guard against a
         #: hang); a thread that died anyway is logged and said in the report (:meth:`note`)
         self._looks = LoopGuard(
             "agent watchdog", stopped="a hung agent was no longer ended by it, nor reported by it")
-        self._thread = guarded_thread(self._run, name="rootcause-agent-watchdog", on_death=self._looks.died)
 
     def __enter__(self) -> AgentWatchdog:
-        self._thread.start()
+        self._ended = False
+        self._duty = self._loop.every(self.settings.interval_s, self._look_once, guard=self._looks)
+        if self._owns_loop:
+            self._loop.start()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.settings.interval_s + 1)
+        self._ended = True
+        if self._duty is not None:
+            self._loop.drop(self._duty)
+        if self._owns_loop:
+            self._loop.stop(timeout_s=self.settings.interval_s + 1)
 
     def expedite(self, why: str, within_s: float, trigger: Trigger = Trigger.PEER_LOST) -> None:
         """Fire ``within_s`` from now unless the launch ends first: something outside torch's view
@@ -246,20 +262,19 @@ class AgentWatchdog:
         """For the report: the watchdog's looks failed, or its thread died; ``None`` when neither."""
         return self._looks.note()
 
-    def _run(self) -> None:
+    def _look_once(self) -> None:
         """One :meth:`_look` per interval until it fired. A look that raises (never the agent's
         problem) costs that look only: a watchdog stopped by one bad look would leave a hung agent
         hanging for ever."""
-        while not self._stop.wait(self.settings.interval_s):
-            if self._looks.run(self._look):
-                return
+        if self._look() and self._duty is not None:
+            self._loop.drop(self._duty)
 
     def _look(self) -> bool:
         """One look; fire when the agent is hung (or an expedited deadline passed). Whether it fired."""
         snapshot = take_snapshot(self.observer, failures_seen=self._failures_seen)
         expedited = self._expedited
         due = expedited is not None and time.monotonic() >= expedited[0]
-        if (due or is_hung(snapshot, self.settings)) and not self._stop.is_set():
+        if (due or is_hung(snapshot, self.settings)) and not self._ended:
             self.fire(snapshot, expedited if due else None)
             return True
         return False

@@ -8,11 +8,12 @@ torch's state: a function worker hands its return value to the agent and waits f
 never returned (``os._exit(0)``, or an interrupt torch's wrapper turns into exit code 0).
 
 How torch's objects are read (which attribute holds what) is :mod:`rootcause_engine.upstream.torch_elastic`.
+No lock: the agent's thread stores each context and the watchers read it, one dictionary operation each
+(atomic in CPython).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from rootcause_engine.agent.death_watcher import DeathWatcher, ProcessExit
@@ -25,17 +26,14 @@ class WorkerEnds:
 
     def __init__(self, watcher: DeathWatcher) -> None:
         self.watcher = watcher
-        self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
 
     def add_context(self, attempt: int, pcontext: Any) -> None:
         """Keep ``attempt``'s process context (the one torch's agent started its workers with)."""
-        with self._lock:
-            self._contexts[attempt] = pcontext
+        self._contexts[attempt] = pcontext
 
     def context_of(self, attempt: int) -> Any:
-        with self._lock:
-            return self._contexts.get(attempt)
+        return self._contexts.get(attempt)
 
     def exit_of(self, worker: LaunchedWorker) -> ProcessExit | None:
         """The exit of this very process, not of a later one that reused its pid."""

@@ -5,6 +5,8 @@ in its join, needs the agent's thread (which the agent watchdog may find stuck),
 goes. This policy is the one teardown of the join wrapper, the agent watchdog, the hang watch and
 the peer watch's verdicts: the configured grace, a probe first where it tells the diagnosis
 something (a peer's hang), and every moment written in the :class:`~.launch_ledger.LaunchLedger`.
+No lock of its own: the probes' answers, written by whichever thread tears down and read by the
+diagnosis, change by one dictionary operation at a time (atomic in CPython).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 
 from rootcause_core.roles import is_victim_message
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
@@ -35,7 +36,6 @@ class WorkerTeardown:
         self.ledger = ledger
         self.teardown_grace_s = teardown_grace_s
         self.probe_before_teardown = probe_before_teardown
-        self._lock = threading.Lock()
         self._probes: dict[int, ProbeAnswer] = {}
 
     def end_workers(self, attempt: int, *, probe: bool = False, grace_s: float | None = None) -> None:
@@ -78,8 +78,7 @@ class WorkerTeardown:
         """
         if not self.probe_before_teardown or not (asked or self.stall_suspected(attempt)):
             return
-        with self._lock:
-            answered = set(self._probes)
+        answered = set(self._probes)
         live = [
             (worker.pid, worker.error_file)
             for worker in self.ledger.workers_of(attempt)
@@ -89,9 +88,7 @@ class WorkerTeardown:
         ]
         if not live:
             return
-        answers = probe_workers(live)
-        with self._lock:
-            self._probes.update(answers)
+        self._probes.update(probe_workers(live))
 
     def stall_suspected(self, attempt: int) -> bool:
         """A worker of ``attempt`` failed as a peer's hang makes it fail: a collective timeout it
@@ -111,5 +108,4 @@ class WorkerTeardown:
 
     def probe_of(self, worker: LaunchedWorker) -> ProbeAnswer | None:
         """What ``worker`` answered when probed before the teardown, if it was and did."""
-        with self._lock:
-            return self._probes.get(worker.pid)
+        return self._probes.get(worker.pid)

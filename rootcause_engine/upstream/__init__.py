@@ -22,6 +22,7 @@ warns.
   block (restored exactly, also on error), :func:`.patching.wrap_attribute` for a per-attempt object.
 - :mod:`.versions`: the verified ranges and the symbol check.
 - :mod:`.readiness`: the verdict each flavour acts on, and the guarded applying of the patches.
+- :mod:`.say_once`: say a thing once per key without a lock (the seams may import nothing else of ours).
 - :mod:`.torch_elastic` (the agent; torch):
   ``torch.distributed.elastic.agent.server.local_elastic_agent.start_processes`` (replaced for a
   launch); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._rendezvous``

@@ -9,7 +9,8 @@ its patches through :func:`enter_all`, which raises :class:`PatchesNotApplied` w
 applying failed, for the caller to run upstream's path.
 
 Nothing here imports torch: the engine's symbols are collected on demand (:func:`engine_symbols`),
-so the flytekit entrypoint can check its own seam without loading torch.
+so the flytekit entrypoint can check its own seam without loading torch. No lock: a line is
+announced once through :class:`.say_once.SayOnce`, which needs none.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import dataclasses
 import html
 import importlib
 import logging
-import threading
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from rootcause_engine.upstream.say_once import SayOnce
 from rootcause_engine.upstream.versions import Symbol, symbol_problem, version_warning
 
 logger = logging.getLogger(__name__)
@@ -82,23 +83,19 @@ class Readiness:
         """Log each line (``logging.warning``) and, with ``warn``, ``warnings.warn`` it, once per
         process: the same verdict is reached at the definition and again in the launch."""
         for line in self.lines:
-            with _lock:
-                if line in _announced:
-                    continue
-                _announced.add(line)
+            if not _announced.first(line):
+                continue
             logger.warning("%s", line)
             if warn:
                 warnings.warn(line, RootCauseUpstreamWarning, stacklevel=3)
 
 
-_lock = threading.Lock()
-_announced: set[str] = set()
+_announced = SayOnce()
 
 
 def forget_announcements() -> None:
     """Announce every line again (for tests)."""
-    with _lock:
-        _announced.clear()
+    _announced.forget()
 
 
 def check(seams: Iterable[str]) -> Readiness:

@@ -5,8 +5,9 @@ and on any failure stop everything and rendezvous again. A different policy need
 loop over the same parts. :func:`launcher_agent_with_loop` makes, for one launch, a subclass of
 ``LocalElasticAgent`` whose ``_invoke_run`` calls the given loop, and puts it where
 ``torch.distributed.launcher.api.launch_agent`` looks its agent class up (a module global); the
-loop gets an :class:`AgentParts`, public names for the agent's protected parts, so the policy
-itself (:mod:`rootcause_engine.agent.soft_restart_agent`) holds no torch internals.
+loop gets an :class:`AgentParts`, public names for the agent's protected parts (the node's
+round, its workers, the run's ending), so the policy itself
+(:mod:`rootcause_engine.agent.soft_restart_agent`) holds no torch internals.
 """
 
 from __future__ import annotations
@@ -58,13 +59,16 @@ SYMBOLS: tuple[Symbol, ...] = (
 )
 
 
-class AgentParts:
-    """The parts of one torch agent a run loop uses, under public names."""
+class AgentRound:
+    """This node's place in the job: its rank among the nodes, the stores and the workers' meeting point.
 
-    def __init__(self, agent: Any) -> None:
+    Filled by torch's rendezvous, or by :meth:`enter_running_job` for a pod that joins a job already
+    running.
+    """
+
+    def __init__(self, agent: Any, workers: AgentWorkers) -> None:
         self._agent = agent
-
-    # --- the job's shape -------------------------------------------------------------------------
+        self._workers = workers
 
     @property
     def group_rank(self) -> int:
@@ -89,20 +93,6 @@ class AgentParts:
         if store is None:
             return None
         return PrefixStore(f"rootcause/{handler.get_run_id()}", store)
-
-    def enter_running_job(self, group_rank: int, group_world_size: int) -> None:
-        """Take a place in a job already running, without torch's rendezvous (whose round is long
-        closed: a late pod would wait in it for a round that never comes). The workers' store and
-        master address are the rendezvous store's own, as for every soft world."""
-        agent, group = self._agent, self._agent._worker_group
-        handler = group.spec.rdzv_handler
-        store = handler._store
-        agent._store = store
-        group.store = store
-        group.group_rank, group.group_world_size = group_rank, group_world_size
-        group.workers = [Worker(local_rank=local_rank) for local_rank in range(group.spec.local_world_size)]
-        group.master_addr, group.master_port = self.world_store_address
-        self.set_ranks(group_rank * self.local_world_size, group_world_size * self.local_world_size)
 
     @property
     def master_addr(self) -> str:
@@ -134,6 +124,31 @@ class AgentParts:
         ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` turns it off)."""
         return bool(self._agent._worker_group.spec.rdzv_handler.use_agent_store)
 
+    def rendezvous(self) -> None:
+        self._agent._rendezvous(self._agent._worker_group)
+
+    def enter_running_job(self, group_rank: int, group_world_size: int) -> None:
+        """Take a place in a job already running, without torch's rendezvous (whose round is long
+        closed: a late pod would wait in it for a round that never comes). The workers' store and
+        master address are the rendezvous store's own, as for every soft world."""
+        agent, group = self._agent, self._agent._worker_group
+        handler = group.spec.rdzv_handler
+        store = handler._store
+        agent._store = store
+        group.store = store
+        group.group_rank, group.group_world_size = group_rank, group_world_size
+        group.workers = [Worker(local_rank=local_rank) for local_rank in range(group.spec.local_world_size)]
+        group.master_addr, group.master_port = self.world_store_address
+        local_world_size = self._workers.local_world_size
+        self._workers.set_ranks(group_rank * local_world_size, group_world_size * local_world_size)
+
+
+class AgentWorkers:
+    """This node's worker processes: start, poll and stop them, and the ranks torch gives them."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
     @property
     def local_world_size(self) -> int:
         return int(self._agent._worker_group.spec.local_world_size)
@@ -142,43 +157,7 @@ class AgentParts:
     def monitor_interval(self) -> float:
         return float(self._agent._worker_group.spec.monitor_interval)
 
-    @property
-    def remaining_restarts(self) -> int:
-        return int(self._agent._remaining_restarts)
-
-    def use_restart(self) -> None:
-        """Count one restart (the next workers' ``TORCHELASTIC_RESTART_COUNT`` is one higher)."""
-        self._agent._remaining_restarts -= 1
-
-    def ranks(self) -> dict[int, tuple[int, int]]:
-        """Local rank -> (global rank, world size), as torch's worker group has them now."""
-        return {w.local_rank: (w.global_rank, w.world_size) for w in self._agent._worker_group.workers}
-
-    def finished_without_results(self) -> RunResult:
-        """What a node returns whose workers were stopped because the training ended elsewhere.
-
-        Its workers hold no rank of the final world: they get ranks below 0 (-n to -1), each with no
-        return value. torch's agent records an event per worker of a succeeded run and refuses one
-        with neither a failure nor a return value (``ValueError: Unknown worker``); and kfpytorch
-        returns rank 0's value as the task's output, which this node must not claim (it then ignores
-        its outputs, as every node but rank 0's does).
-        """
-        self.set_ranks(-self.local_world_size, self.local_world_size)
-        ranks = [worker.global_rank for worker in self._agent._worker_group.workers]
-        return RunResult(state=WorkerState.SUCCEEDED, return_values=dict.fromkeys(ranks))
-
-    def set_ranks(self, first_global_rank: int, world_size: int) -> None:
-        """Give this node's workers consecutive global ranks from ``first_global_rank`` in ``world_size``."""
-        for worker in self._agent._worker_group.workers:
-            worker.global_rank = worker.role_rank = first_global_rank + worker.local_rank
-            worker.world_size = worker.role_world_size = world_size
-
-    # --- the workers -----------------------------------------------------------------------------
-
-    def rendezvous(self) -> None:
-        self._agent._rendezvous(self._agent._worker_group)
-
-    def start_workers(self) -> dict[int, int]:
+    def start(self) -> dict[int, int]:
         """Start this node's workers (a new attempt); local rank -> pid."""
         group = self._agent._worker_group
         pids = self._agent._start_workers(group)
@@ -187,7 +166,7 @@ class AgentParts:
         group.state = WorkerState.HEALTHY
         return dict(pids)
 
-    def stop_workers(self) -> None:
+    def stop(self) -> None:
         self._agent._stop_workers(self._agent._worker_group)
 
     def pids(self) -> dict[int, int]:
@@ -199,12 +178,65 @@ class AgentParts:
         group.state = result.state
         return result
 
+    def ranks(self) -> dict[int, tuple[int, int]]:
+        """Local rank -> (global rank, world size), as torch's worker group has them now."""
+        return {w.local_rank: (w.global_rank, w.world_size) for w in self._agent._worker_group.workers}
+
+    def set_ranks(self, first_global_rank: int, world_size: int) -> None:
+        """Give this node's workers consecutive global ranks from ``first_global_rank`` in ``world_size``."""
+        for worker in self._agent._worker_group.workers:
+            worker.global_rank = worker.role_rank = first_global_rank + worker.local_rank
+            worker.world_size = worker.role_world_size = world_size
+
+
+class AgentEnding:
+    """How this node's run ends: a success waits at torch's exit barrier; a failure uses one of the
+    restarts or ends as torch's ``ChildFailedError``; a node whose training ended elsewhere returns
+    no results."""
+
+    def __init__(self, agent: Any, workers: AgentWorkers) -> None:
+        self._agent = agent
+        self._workers = workers
+
+    @property
+    def remaining_restarts(self) -> int:
+        return int(self._agent._remaining_restarts)
+
+    def use_restart(self) -> None:
+        """Count one restart (the next workers' ``TORCHELASTIC_RESTART_COUNT`` is one higher)."""
+        self._agent._remaining_restarts -= 1
+
     def exit_barrier(self) -> None:
         self._agent._exit_barrier()
 
     def child_failed_error(self, result: RunResult) -> ChildFailedError:
         """What torch's launcher raises for a failed ``result``."""
         return ChildFailedError(self._agent._worker_group.spec.get_entrypoint_name(), result.failures)
+
+    def finished_without_results(self) -> RunResult:
+        """What a node returns whose workers were stopped because the training ended elsewhere.
+
+        Its workers hold no rank of the final world: they get ranks below 0 (-n to -1), each with no
+        return value. torch's agent records an event per worker of a succeeded run and refuses one
+        with neither a failure nor a return value (``ValueError: Unknown worker``); and kfpytorch
+        returns rank 0's value as the task's output, which this node must not claim (it then ignores
+        its outputs, as every node but rank 0's does).
+        """
+        local_world_size = self._workers.local_world_size
+        self._workers.set_ranks(-local_world_size, local_world_size)
+        ranks = [worker.global_rank for worker in self._agent._worker_group.workers]
+        return RunResult(state=WorkerState.SUCCEEDED, return_values=dict.fromkeys(ranks))
+
+
+class AgentParts:
+    """The parts of one torch agent a run loop uses, under public names, one object per responsibility:
+    ``round`` (this node's place in the job), ``workers`` (its processes), ``ending`` (exit barrier,
+    restarts, the error torch raises)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.workers = AgentWorkers(agent)
+        self.round = AgentRound(agent, self.workers)
+        self.ending = AgentEnding(agent, self.workers)
 
 
 def is_succeeded(result: RunResult) -> bool:

@@ -10,7 +10,8 @@ flavour acts on (the diagnosis on, with warnings, or off).
 The check is lazy: each seam module calls :func:`require` with its own symbols at the first use
 of a patch (never at ``import flytekit``, which imports this plugin through its entry point and
 must stay cheap), and the result is remembered for the process. Versions are read from the
-installed distributions' metadata, which does not import the package.
+installed distributions' metadata, which does not import the package. No lock: threads that
+check a symbol at once find the same answer (a check only reads), and the set only saves a check.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import dataclasses
 import importlib
 import importlib.metadata
 import re
-import threading
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -79,7 +79,6 @@ class Symbol:
 
 
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
-_lock = threading.Lock()
 _checked_symbols: set[Symbol] = set()
 
 
@@ -148,23 +147,19 @@ def check_symbol(symbol: Symbol) -> None:
 
 
 def require(symbols: Iterable[Symbol]) -> None:
-    """Check the symbols, each once per process.
+    """Check the symbols, each once per process (or once per racing thread: see the module's note).
 
     Called by the seam at the first use of a patch, before anything is patched, so that a missing
     internal fails there, clearly, and not in the middle of a failing launch. The front-ends check
     every symbol up front (:mod:`.readiness`) and run as upstream where one is missing, so in a task
     this raises only for an upstream that changed while the process ran.
     """
-    pending = [symbol for symbol in symbols if symbol not in _checked_symbols]
-    if not pending:
-        return
-    with _lock:
-        for symbol in pending:
+    for symbol in symbols:
+        if symbol not in _checked_symbols:
             check_symbol(symbol)
             _checked_symbols.add(symbol)
 
 
 def forget_checks() -> None:
     """Forget what :func:`require` checked (for tests that simulate another upstream)."""
-    with _lock:
-        _checked_symbols.clear()
+    _checked_symbols.clear()

@@ -9,13 +9,15 @@ rank (``rootcause_core.collectives.merged_stall``).
 A call is open from its start until it returns (or raises: then it is the one the rank failed in).
 The non-blocking forms are not observed (``upstream.torch_worker.POINT_TO_POINT_CALLS`` says why):
 a hang in ``batch_isend_irecv`` is named only when the ranks also meet in a collective.
-Cost per call: one lock and a dictionary entry.
+Cost per call: a dictionary entry. No lock: each step is one atomic dictionary operation (an entry
+set, popped, or the whole table copied; integer keys run no Python code), and one reader is the hang
+probe's signal handler (:mod:`.hang_probe`): it would wait forever for a lock held by the very call
+it interrupted.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Callable
 
@@ -27,7 +29,6 @@ class PointToPointLedger:
     """The open point-to-point calls of one process, as collective positions naming their peer."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._open: dict[int, CollectivePosition] = {}
 
@@ -37,18 +38,15 @@ class PointToPointLedger:
         position = CollectivePosition(
             pg=group, seq=number, op=operation, entered_ns=time.time_ns(), awaited=(peer,) if peer is not None else ()
         )
-        with self._lock:
-            self._open[number] = position
+        self._open[number] = position
         return lambda: self._returned(number)
 
     def _returned(self, number: int) -> None:
-        with self._lock:
-            self._open.pop(number, None)
+        self._open.pop(number, None)
 
     def open_calls(self) -> list[CollectivePosition]:
-        """The calls still open, oldest first."""
-        with self._lock:
-            return sorted(self._open.values(), key=lambda position: position.seq)
+        """The calls still open, oldest first (from a copy: the table may change while they are sorted)."""
+        return sorted(self._open.copy().values(), key=lambda position: position.seq)
 
 
 #: The ledger of this process, once :func:`record_point_to_point` ran.

@@ -7,8 +7,9 @@ minutes with the timeouts users run. The agent can name it long before that
 collective each local rank last entered and whether that one completed. That is torch's own
 per-group status (``upstream.torch_worker.flight_recorder_status``: the last collective number
 entered and the last completed), plus the blocking point-to-point calls this rank has open
-(:mod:`.point_to_point`). A daemon thread writes both to ``progress.json`` next to the worker's
-error file, complete (a temporary file, then a rename), every ``interval_s``.
+(:mod:`.point_to_point`). The worker's watch thread (:func:`~rootcause_engine.thread_guard.worker_watch`)
+writes both to ``progress.json`` next to the worker's error file, complete (a temporary file, then a
+rename), every ``interval_s``.
 
 A collective still open at two beats in a row is a wait worth describing: once per such wait the
 thread reads the Flight Recorder's ring (some 40 ms of CPU for 2000 entries) for when the rank
@@ -33,13 +34,12 @@ import contextlib
 import dataclasses
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from rootcause_core.collectives import CollectivePosition, is_mono_ns, positions_from_json
-from rootcause_engine.thread_guard import LoopGuard, start_guarded
+from rootcause_engine.thread_guard import Duty, GuardedLoop, LoopGuard, worker_watch
 from rootcause_engine.upstream.torch_worker import flight_recorder_entries, flight_recorder_status
 from rootcause_engine.worker.complete_files import write_complete
 from rootcause_engine.worker.point_to_point import open_point_to_point_calls, record_point_to_point
@@ -199,6 +199,8 @@ class ProgressBeacon:
         #: a beat that raised costs that beat only, logged once per kind (in the worker's log)
         self.beats = LoopGuard("progress beacon", stopped="its file was removed, so that the hang watch does "
                                                           "not read a rank that stopped where it last said")
+        self._loop: GuardedLoop | None = None
+        self._duty: Duty | None = None
 
     def reading(self) -> BeaconReading:
         """This beat's reading (the groups' state, described where a wait lasts)."""
@@ -257,24 +259,25 @@ class ProgressBeacon:
         self.written_bytes += len(text.encode())
         write_complete(self.path, text)
 
-    def run(self, interval_s: float, stop: threading.Event) -> None:
-        """One :meth:`beat` per interval; one that raises costs that beat only (never the worker's
-        problem, never silent: :attr:`beats`)."""
-        while not stop.is_set():
-            self.beats.run(self.beat)
-            stop.wait(interval_s)
+    def start(self, interval_s: float, loop: GuardedLoop | None = None) -> None:
+        """Beat now and every ``interval_s`` on this worker's watch thread (``loop``: another, for a
+        test); a beat that raises costs that beat only (never the worker's problem, never silent:
+        :attr:`beats`). Should the thread die, the beats end and the file goes (:meth:`_remove_file`)."""
+        self._loop = loop or worker_watch()
+        self._duty = self._loop.every(interval_s, self.beat, guard=self.beats, first_wait=False,
+                                      on_death=self._remove_file, outlives_death=False)
+        self._loop.ensure_running()
 
-    def start(self, interval_s: float, stop: threading.Event) -> threading.Thread:
-        """The beacon's thread, started: :meth:`run` through :func:`~rootcause_engine.thread_guard.run_guarded`
-        (a death is logged at critical level, then :meth:`_died`)."""
-        return start_guarded(lambda: self.run(interval_s, stop), name="rootcause-progress-beacon",
-                             on_death=self._died)
+    def stop(self) -> None:
+        """No more beats (the file stays: the worker's last word)."""
+        if self._loop is not None and self._duty is not None:
+            self._loop.drop(self._duty)
+            self._duty = None
 
-    def _died(self, error: BaseException) -> None:
-        """The thread died: remove the file. Its last beat would go on saying where the rank stood (a
-        wait that looks ever longer), and the hang watch could name a rank that is only unwatched;
-        without a file, the rank is one the watch names no one for."""
-        self.beats.died(error)
+    def _remove_file(self, error: BaseException) -> None:
+        """The thread died (:attr:`beats` keeps it): remove the file. Its last beat would go on saying where
+        the rank stood (a wait that looks ever longer), and the hang watch could name a rank that is only
+        unwatched; without a file, the rank is one the watch names no one for."""
         with contextlib.suppress(OSError):
             os.remove(self.path)
 
@@ -293,13 +296,14 @@ def beacon_interval() -> float | None:
 
 
 def start_progress_beacon(error_file: str | None, interval_s: float) -> bool:
-    """Start this worker's beacon thread (idempotent); False where there is no error file to write beside."""
+    """Start this worker's beacon on its watch thread (idempotent); False where there is no error file
+    to write beside."""
     if _started:
         return True
     if not error_file:
         return False
     record_point_to_point()  # the open send/recv calls are part of each beat
     beacon = ProgressBeacon(beacon_path(error_file))
-    beacon.start(interval_s, threading.Event())
+    beacon.start(interval_s)
     _started.append(beacon)
     return True

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from rootcause_engine.agent.launch_ledger import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, Teardown
 from rootcause_engine.agent.peer_watch import RoundStore
 from rootcause_engine.agent.round_ledger import RoundLedger
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress, ProgressBeacon, beacon_path
@@ -42,8 +41,8 @@ class Ledger:
     def last_attempt(self) -> int:
         return 0
 
-    def teardown_ns(self, attempt: int) -> int | None:
-        return None
+    def teardown_of(self, attempt: int) -> Teardown:
+        return Teardown(began_ns=None)
 
     def workers_of(self, attempt: int) -> list[LaunchedWorker]:
         return self.workers
@@ -79,7 +78,7 @@ def worker(config: dict[str, Any]) -> None:
                           "time_created_ns": state["created"]}] if state["created"] else [],
         open_calls=list,
     )
-    threading.Thread(target=beacon.run, args=(0.1, threading.Event()), daemon=True).start()
+    beacon.start(0.1)
     enter_file = config.get("enter_file")
     while not (Path(enter_file).exists() if enter_file else time.monotonic_ns() >= config["enter_at"]):
         time.sleep(0.005)

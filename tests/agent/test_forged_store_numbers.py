@@ -40,11 +40,11 @@ def test_a_counter_forged_to_another_script_s_digit_mid_job_loses_no_announcemen
         forger = client(server_port)
         assert forger.get(f"{EVENTS}/len") == b"3"
         forger.set(f"{EVENTS}/len", "\u0663".encode())
-        pods[1].watch.announce_failure()
+        pods[1].watch.failures.announce()
         assert wait_until(lambda: pods[0].peer_failed == 1 and pods[2].peer_failed == 1, WAIT_S)
         time.sleep(3.0)  # three silence limits
         assert beats_on(server_port, [0, 1, 2]) and [pod.lost for pod in pods] == [[], [], []]
-        pods[1].watch.leave()  # its "done" lands too: it may go silent now
+        pods[1].watch.failures.done()  # its "done" lands too: it may go silent now
         pods[1].watch.stop()
         time.sleep(3.0)
         assert [pod.lost for pod in pods] == [[], [], []]

@@ -107,18 +107,18 @@ def test_a_forged_event_is_ignored_by_every_reader_of_the_ledger(server_port: in
         assert wait_until(lambda: all(len(pod.watch.members()) >= 2 for pod in pods), WAIT_S)
         time.sleep(20 * INTERVAL_S)  # twenty beats: every per-beat reader read the forged values
         assert beats_on(server_port, [0, 1])
-        assert all(pod.watch._thread is not None and pod.watch._thread.is_alive() for pod in pods)
+        assert all((current := pod.watch._current()) is not None and current.beat.running for pod in pods)
         # a join whose only fault is its link endpoint makes rank 2 a member without a link
         assert [m.group_rank for m in pods[0].watch.members()] == ([0, 1, 2] if b'"link"' in forged else [0, 1])
-        assert pods[0].watch.announced_stalls() == ()
+        assert pods[0].watch.failures.stalls() == ()
         # a verdict on rank 2 (that never came) tells the pods it is lost; any other is refused
         named = [peer.group_rank for _, peers in pods[0].lost for peer in peers]
         assert named in ([], [2]) and [pod.peer_failed for pod in pods] == [0, 0]
         started = time.monotonic()
         # the failure path: rank 2 never beat, rank 1 does; the forged values change neither
-        assert [peer.group_rank for peer in pods[0].watch.lost_peers()] == [2]
+        assert [peer.group_rank for peer in pods[0].watch.lost_pods.search()] == [2]
         assert time.monotonic() - started < 10
-        pods[0].watch.announce_failure()
+        pods[0].watch.failures.announce()
         assert wait_until(lambda: pods[1].peer_failed == 1, WAIT_S)
         assert beats_on(server_port, [0, 1])
     finally:
@@ -138,7 +138,7 @@ def test_a_forged_heartbeat_is_no_beat(server_port: int, forged: bytes) -> None:
         assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods), WAIT_S)
         time.sleep(20 * INTERVAL_S)
         assert beats_on(server_port, [0, 1]) and [pod.lost for pod in pods] == [[], []]
-        assert [peer.group_rank for peer in pods[0].watch.lost_peers()] == [2]
+        assert [peer.group_rank for peer in pods[0].watch.lost_pods.search()] == [2]
     finally:
         for pod in pods:
             pod.watch.close()
@@ -158,8 +158,8 @@ def test_a_forged_stall_is_left_out_and_its_failure_still_counts(server_port: in
     pods = [Pod(server_port, rank, 3) for rank in (0, 1)]
     try:
         assert wait_until(lambda: all(pod.peer_failed == 1 for pod in pods), WAIT_S)
-        assert pods[0].watch.announced_stalls() == ()
-        assert [peer.group_rank for peer in pods[0].watch.lost_peers()] == []  # it failed: not lost
+        assert pods[0].watch.failures.stalls() == ()
+        assert [peer.group_rank for peer in pods[0].watch.lost_pods.search()] == []  # it failed: not lost
         assert beats_on(server_port, [0, 1])
     finally:
         for pod in pods:
@@ -183,9 +183,9 @@ def test_a_forged_ledger_counter_costs_the_counter_and_nothing_else(server_port:
     try:
         assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods), WAIT_S)
         assert beats_on(server_port, [0, 1]) and [pod.lost for pod in pods] == [[], []]
-        assert all(pod.watch._thread is not None and pod.watch._thread.is_alive() for pod in pods)
-        assert [peer.group_rank for peer in pods[0].watch.lost_peers()] == [2]
-        pods[0].watch.announce_failure()
+        assert all((current := pod.watch._current()) is not None and current.beat.running for pod in pods)
+        assert [peer.group_rank for peer in pods[0].watch.lost_pods.search()] == [2]
+        pods[0].watch.failures.announce()
         assert wait_until(lambda: pods[1].peer_failed == 1, WAIT_S)
         assert beats_on(server_port, [0, 1])
         assert client(server_port).get(f"{EVENTS}/len") == b"3"  # two joins and a failure
@@ -202,7 +202,7 @@ def test_a_ledger_counter_forged_past_what_was_written_delays_the_ledger_by_the_
     try:
         assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods), WAIT_S)
         assert beats_on(server_port, [0, 1]) and [pod.lost for pod in pods] == [[], []]
-        assert [peer.group_rank for peer in pods[0].watch.lost_peers()] == [2]
+        assert [peer.group_rank for peer in pods[0].watch.lost_pods.search()] == [2]
     finally:
         for pod in pods:
             pod.watch.close()

@@ -212,30 +212,40 @@ def test_in_a_pod_the_rank_its_neighbour_waited_for_is_the_root_cause() -> None:
     assert (victim.global_rank, victim.role) == (0, Role.VICTIM)
 
 
-class _LatePeers:
-    """Peer pods whose collective timeout is announced only after this pod's victims failed."""
+class _LateStalls:
+    """Their stall, announced only to a pod that waits for it."""
 
     def __init__(self, stall: CollectivePosition) -> None:
         self.stall, self.waits = stall, []
 
-    def announce_failure(self, stalled: CollectivePosition | None) -> None:
+    def announce(self, stalled: CollectivePosition | None = None) -> None:
         pass
 
-    def announced_stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]:
+    def stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]:
         self.waits.append(wait_s)
         return (self.stall,) if wait_s > 0 else ()
 
-    def lost_peers(self) -> tuple:
+    def done(self) -> None:
+        pass
+
+
+class _NoLostPods:
+    def search(self) -> tuple:
         return ()
+
+
+class _LatePeers:
+    """Peer pods whose collective timeout is announced only after this pod's victims failed."""
+
+    def __init__(self, stall: CollectivePosition) -> None:
+        self.failures = _LateStalls(stall)
+        self.lost_pods = _NoLostPods()
 
     def watch_note(self) -> None:
         return None
 
     def members(self) -> tuple:
         return ()
-
-    def leave(self) -> None:
-        pass
 
 
 CLOSED = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9123"
@@ -252,11 +262,11 @@ def test_a_pod_of_victims_waits_for_the_peer_s_stall_that_names_its_live_worker_
     stall = CollectivePosition("0", 3, "gloo:broadcast", 2_000)
     peers = _LatePeers(stall)
     diagnosis = diagnose(LaunchRecord(0, (closed, hung), teardown_ns=TEARDOWN_NS, signals_ns=TEARDOWN_NS), peers=peers)
-    assert diagnosis is not None and peers.waits[-1] > 0
+    assert diagnosis is not None and peers.failures.waits[-1] > 0
     assert (diagnosis.failures[0].global_rank, diagnosis.failures[0].role) == (1, Role.CANDIDATE)
     # a live worker waiting in a collective of its own gives no reason to wait: victims it is
     in_collective = dataclasses.replace(hung, probe=_probe(IN_ALL_REDUCE, None))
     peers = _LatePeers(stall)
     record = LaunchRecord(0, (closed, in_collective), teardown_ns=TEARDOWN_NS, signals_ns=TEARDOWN_NS)
     diagnosis = diagnose(record, peers=peers)
-    assert diagnosis is not None and peers.waits == [0.0] and diagnosis.failures[0].role == Role.VICTIM
+    assert diagnosis is not None and peers.failures.waits == [0.0] and diagnosis.failures[0].role == Role.VICTIM

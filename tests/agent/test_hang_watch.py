@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +21,13 @@ from flytekitplugins_rootcause.config import ElasticRootCause
 from rootcause_core.collectives import CollectivePosition
 from rootcause_engine.agent.diagnosis.stalled_rank import PeerWait, ProgressRule, waits_from_text, waits_text
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings
-from rootcause_engine.agent.launch_ledger import LaunchedWorker
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, Teardown
 from rootcause_engine.agent.peer_watch import RoundStore
 from rootcause_engine.agent.round_ledger import RoundLedger
 from rootcause_engine.agent.worker_progress import process_tree_usage
+from rootcause_engine.thread_guard import GuardedLoop, LoopGuard
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress, beacon_path
+from testbed.sync import wait_until
 
 S = 1_000_000_000
 _SLEEP = "import time; time.sleep(60)"
@@ -83,8 +86,8 @@ class _Ledger:
     def last_attempt(self) -> int:
         return 0
 
-    def teardown_ns(self, attempt: int) -> int | None:
-        return self.teardown
+    def teardown_of(self, attempt: int) -> Teardown:
+        return Teardown(began_ns=self.teardown)
 
     def workers_of(self, attempt: int) -> list[LaunchedWorker]:
         return self.workers
@@ -208,3 +211,35 @@ def test_the_settings_are_checked_and_none_turns_the_watch_off() -> None:
                             ({"hang_idle_cpu_fraction": 1.5}, "hang_idle_cpu_fraction must be between 0 and 1")]:
         with pytest.raises(ValueError, match=message):
             ElasticRootCause(nnodes=2, **fields)
+
+
+def test_the_launch_s_watch_thread_never_waits_for_a_look_and_skips_a_turn_while_one_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The looks run on the callback pool: a look that blocks (a store call that hangs) holds neither
+    the watch thread nor its other duty (the agent watchdog's looks), and no second look starts
+    while it runs."""
+    release = threading.Event()
+    looks: list[str] = []
+    other: list[int] = []
+
+    def blocking_look() -> dict[int, Any]:
+        looks.append(threading.current_thread().name)
+        release.wait(60)
+        return {}
+
+    loop = GuardedLoop("rootcause-launch-watch")
+    watch = HangWatch(_Ledger([]), None, HangSettings(after_s=1.5, interval_s=0.01), loop=loop)  # type: ignore[arg-type]
+    monkeypatch.setattr(watch, "look", blocking_look)
+    loop.every(0.01, lambda: other.append(1), guard=LoopGuard("other duty"))
+    loop.start()
+    try:
+        with watch:
+            assert wait_until(lambda: looks, 60)
+            seen = len(other)
+            assert wait_until(lambda: len(other) >= seen + 20, 60)  # the thread goes on meanwhile
+            assert looks == ["rootcause-callback"]  # one look at a time, on the pool
+            release.set()
+            assert wait_until(lambda: len(looks) >= 2, 60)
+    finally:
+        release.set()
+        loop.stop(60)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from rootcause_engine.agent.death_watcher import DeathWatcher
-from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
+from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger, Teardown
 
 
 def test_the_ledger_keeps_each_attempt_s_times_apart_and_the_first_stamp_of_each_wins() -> None:
@@ -25,16 +25,16 @@ def test_the_ledger_keeps_each_attempt_s_times_apart_and_the_first_stamp_of_each
         assert ledger.last_attempt() == 1
         assert [w.pid for w in ledger.workers_of(1)] == [2**22 + 12]
         first = ledger.note_teardown(0)
-        assert ledger.teardown_ns(1) is None and ledger.signals_ns(0) is None
+        assert ledger.teardown_of(1) == Teardown() and ledger.teardown_of(0) == Teardown(began_ns=first)
         signals = ledger.note_signals(0)
         ledger.note_teardown_done(0)
-        done = ledger.teardown_done_ns(0)
+        done = ledger.teardown_of(0).done_ns
         assert done is not None and first <= signals <= done
         assert ledger.note_teardown(0) == first and ledger.note_signals(0) == signals
         ledger.note_teardown_done(0)
-        assert ledger.teardown_done_ns(0) == done
+        assert ledger.teardown_of(0) == Teardown(first, signals, done)
         second = ledger.note_teardown(1)
-        assert second >= first and ledger.teardown_ns(0) == first
+        assert second >= first and ledger.teardown_of(0).began_ns == first
     finally:
         watcher.close()
 

@@ -129,7 +129,7 @@ def test_a_function_worker_exiting_0_before_returning_is_torch_s_failure_and_its
     early, peer = sorted(observer.ledger.workers_of(0), key=lambda w: w.local_rank)
     assert observer.ends.results_delivered(0) is False
     assert observer.ends.exited_without_result(early)
-    teardown_ns = observer.ledger.teardown_ns(0)
+    teardown_ns = observer.ledger.teardown_of(0).began_ns
     early_exit, peer_exit = observer.ends.exit_of(early), watcher.confirm_exit(peer.pid)
     assert teardown_ns is not None and early_exit is not None and peer_exit is not None
     assert early_exit.exit_ns <= teardown_ns <= peer_exit.exit_ns
@@ -137,7 +137,7 @@ def test_a_function_worker_exiting_0_before_returning_is_torch_s_failure_and_its
     # may exit 1 rather than by the signal): anything but a success
     assert (peer_exit.exitcode, peer_exit.signal_number) != (0, None)
     assert not observer.ends.exited_without_result(peer)  # killed by a signal: no claim about its result
-    assert observer.ledger.teardown_done_ns(0) is not None
+    assert observer.ledger.teardown_of(0).done_ns is not None
 
 
 def test_a_binary_launch_has_no_results_to_deliver_and_its_exit_codes_are_torch_s(

@@ -288,7 +288,7 @@ def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure
             observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, worker.pid, ""))
             other = _join_with_a_missing_peer(session, store_server)
             _until(lambda: _exited(observer.watcher, worker.pid), "the worker ended")
-            assert observer.ledger.teardown_ns(0) is not None
+            assert observer.ledger.teardown_of(0).began_ns is not None
             ended = observer.watcher.confirm_exit(worker.pid)
             assert ended is not None and ended.signal_number == signal.SIGTERM
             torch_view = ProcessFailure(local_rank=0, pid=worker.pid, exitcode=-signal.SIGTERM,
@@ -319,7 +319,7 @@ def test_under_soft_restarts_a_lost_peer_goes_to_the_soft_loop_and_this_pod_s_wo
             other = _join_with_a_missing_peer(session, store_server)
             _until(lambda: taken.extend(soft.take_lost()) or taken, "the verdict handed to the soft loop")
             assert [peer.group_rank for peer in taken] == [1]
-            assert not _exited(observer.watcher, worker.pid) and observer.ledger.teardown_ns(0) is None
+            assert not _exited(observer.watcher, worker.pid) and observer.ledger.teardown_of(0).began_ns is None
     finally:
         if other is not None:
             other.close()
@@ -355,12 +355,12 @@ def test_a_lost_store_host_ends_the_workers_even_under_soft_restarts_and_only_on
             handler = LostPeerHandler(observer, own, soft, watchdog=None)
             handler((LostPeer(2, "train-worker-2", 1),))
             assert [peer.group_rank for peer in soft.take_lost()] == [2]
-            assert observer.ledger.teardown_ns(0) is None and not _exited(watcher, first.pid)
+            assert observer.ledger.teardown_of(0).began_ns is None and not _exited(watcher, first.pid)
             handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
             assert _exited(watcher, first.pid) and soft.take_lost() == []
             observer.ledger.add_worker(LaunchedWorker(1, 0, 2, 1, second.pid, ""))
             handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
-            assert observer.ledger.teardown_ns(1) is None and not _exited(watcher, second.pid)
+            assert observer.ledger.teardown_of(1).began_ns is None and not _exited(watcher, second.pid)
     finally:
         for peers in watches:
             peers.close()

@@ -70,7 +70,7 @@ for line in sys.stdin:
         peers.stop()
         print("stop", flush=True)
     if line.strip() == "fail":
-        peers.announce_failure()
+        peers.failures.announce()
         print("fail", flush=True)
 """
 
@@ -157,7 +157,7 @@ def test_a_pod_whose_processes_are_killed_is_declared_lost_long_before_the_silen
         assert wait_until(lambda: bool(told), VERDICT_WAIT_S), "the killed pod was not declared lost"
         (lost,) = told[0]
         assert (lost.group_rank, lost.worker) == (1, "pod-1") and lost.last_seen_ns is not None
-        assert peers.lost_peers() == (lost,)
+        assert peers.lost_pods.search() == (lost,)
     finally:
         peers.stop()
 
@@ -177,7 +177,7 @@ def test_a_pod_whose_workers_fail_takes_the_verdict_a_link_gave_elsewhere_withou
             assert wait_until(lambda: _linked(watcher), VERDICT_WAIT_S)
             pod.kill()
             started = time.monotonic()
-            (lost,) = searching.lost_peers()
+            (lost,) = searching.lost_pods.search()
             assert time.monotonic() - started < VERDICT_WAIT_S, "the search waited out its window"
             assert (lost.group_rank, lost.worker) == (2, "pod-2") and lost.last_seen_ns is not None
             assert wait_until(lambda: bool(told), VERDICT_WAIT_S) and told[0] == (lost,)

@@ -62,9 +62,9 @@ def test_live_peers_and_peers_that_announced_a_failure_are_not_lost(server_port:
     survivor, alive, failing = (watch(f"w{r}", client(server_port), r, 3) for r in range(3))
     try:
         wait_for_members(survivor, 3)
-        failing.announce_failure()
+        failing.failures.announce()
         failing.stop()  # it reported its failure, then exited: it writes its own error file
-        assert survivor.lost_peers() == ()
+        assert survivor.lost_pods.search() == ()
     finally:
         for pod in (survivor, alive, failing):
             pod.stop()
@@ -77,7 +77,7 @@ def test_a_peer_that_stops_beating_without_a_word_is_lost_and_last_seen_at_its_l
         before = time.time_ns()
         vanished.stop()  # as if its pod were killed: no announcement, no more heartbeats
         after = time.time_ns()
-        survivor_says = survivor.lost_peers()
+        survivor_says = survivor.lost_pods.search()
         assert [(p.group_rank, p.worker) for p in survivor_says] == [(2, "w2")]
         last_seen = survivor_says[0].last_seen_ns
         assert last_seen is not None and last_seen <= after and last_seen > before - 60 * 10**9
@@ -97,10 +97,10 @@ def test_when_the_store_goes_its_host_is_the_one_peer_named() -> None:
         del server  # the pod hosting the store vanishes, store and all: every connection is closed
         gc.collect()
         gone_at = time.time_ns()
-        lost = survivor.lost_peers()
+        lost = survivor.lost_pods.search()
         assert [(p.group_rank, p.worker) for p in lost] == [(0, "train-worker-0")]
         assert lost[0].last_seen_ns is not None and lost[0].last_seen_ns <= gone_at  # the store's last answer
-        survivor.announce_failure()  # never raises, store or not
+        survivor.failures.announce()  # never raises, store or not
     finally:
         for pod in pods:
             pod.stop()
@@ -140,7 +140,9 @@ def test_a_pod_alone_starts_no_thread_and_knows_itself(server_port: int) -> None
 
     alone = watch("w0", client(server_port), 0, 1)
     assert not any(t.name == "rootcause-peer-watch" for t in threading.enumerate())
-    assert alone.members() == (Member(0, "w0", 0, 2, False),) and alone.lost_peers() == ()
+    assert alone.members() == (Member(0, "w0", 0, 2, False),) and alone.lost_pods.search() == ()
+    assert alone.failures.stalls(wait_s=60) == ()  # nobody to announce one: no wait
+    alone.failures.done()
     alone.stop()
 
 
@@ -163,8 +165,10 @@ def test_no_store_client_thread_outlives_its_round_or_the_launch(server_port: in
 
 def test_without_a_round_there_is_nothing_to_say() -> None:
     peers = PeerWatch("w0")
-    peers.announce_failure()
-    assert peers.lost_peers() == () and peers.members() == ()
+    peers.failures.announce()
+    peers.failures.done()
+    assert peers.failures.stalls(wait_s=60) == () and peers.members() == ()
+    assert peers.lost_pods.search() == () and peers.lost_pods.declared() == ()
     peers.stop()
 
 
@@ -173,7 +177,7 @@ def test_lost_peer_entries_are_what_the_testimony_carries(server_port: int) -> N
     try:
         wait_for_members(survivor, 2)
         vanished.stop()
-        (lost,) = survivor.lost_peers()
+        (lost,) = survivor.lost_pods.search()
         assert isinstance(lost, LostPeer) and lost.entry()[:2] == [1, "w1"]
     finally:
         survivor.stop()
@@ -188,17 +192,17 @@ def test_a_peer_s_failure_announcement_reaches_the_others_once_with_its_stalled_
         for pod in pods:
             pod.when_a_peer_fails(lambda name=pod.worker: calls.__setitem__(name, calls[name] + 1))
         stalled = CollectivePosition("0", 5, "gloo:all_reduce", 123)
-        pods[2].announce_failure(stalled)
+        pods[2].failures.announce(stalled)
         wait_until(lambda: calls["w0"] > 0 and calls["w1"] > 0, PATIENCE_S)
         time.sleep(10 * INTERVAL_S)  # more beats: still once each
         assert calls == {"w0": 1, "w1": 1, "w2": 0}
-        assert pods[0].announced_stalls() == (stalled,) and pods[2].announced_stalls() == ()
-        pods[1].announce_failure()  # a failure with no timeout announces no collective
-        assert pods[0].announced_stalls() == (stalled,)
+        assert pods[0].failures.stalls() == (stalled,) and pods[2].failures.stalls() == ()
+        pods[1].failures.announce()  # a failure with no timeout announces no collective
+        assert pods[0].failures.stalls() == (stalled,)
         # a stalled initialisation travels with the ranks its peers waited for
         init = CollectivePosition("0", 0, INIT_OP, 99, (1,))
-        pods[1].announce_failure(init)
-        assert pods[0].announced_stalls() == (init, stalled)
+        pods[1].failures.announce(init)
+        assert pods[0].failures.stalls() == (init, stalled)
     finally:
         for pod in pods:
             pod.stop()
@@ -210,10 +214,10 @@ def test_a_pod_may_wait_for_a_stall_a_peer_announces_later(server_port: int) -> 
     pods = [watch(f"w{r}", client(server_port), r, 3) for r in range(3)]
     try:
         stalled = CollectivePosition("0", 7, "recv", 456, (0,))
-        later = threading.Timer(0.3, lambda: pods[2].announce_failure(stalled))
+        later = threading.Timer(0.3, lambda: pods[2].failures.announce(stalled))
         later.start()
-        assert pods[0].announced_stalls() == ()  # not yet
-        assert pods[0].announced_stalls(wait_s=60) == (stalled,)
+        assert pods[0].failures.stalls() == ()  # not yet
+        assert pods[0].failures.stalls(wait_s=60) == (stalled,)
         later.join()
     finally:
         for pod in pods:
@@ -225,11 +229,11 @@ def test_the_wait_for_a_stall_ends_once_every_peer_announced_its_failure(server_
     pods = [watch(f"w{r}", client(server_port), r, 3) for r in range(3)]
     try:
         for pod in pods:
-            pod.announce_failure()
+            pod.failures.announce()
         # with no stall announced and every pod failed, nothing more can come: an hour is not waited
         done = threading.Event()
         result: list[tuple[CollectivePosition, ...]] = []
-        thread = threading.Thread(target=lambda: (result.append(pods[0].announced_stalls(wait_s=3600)), done.set()))
+        thread = threading.Thread(target=lambda: (result.append(pods[0].failures.stalls(wait_s=3600)), done.set()))
         thread.start()
         assert done.wait(60) and result == [()]
     finally:
@@ -245,10 +249,10 @@ def test_the_store_host_leaves_only_after_its_peers_are_done(server_port: int) -
     peer = watch("w1", client(server_port), 1, 2)
     try:
         left = threading.Event()
-        leaving = threading.Thread(target=lambda: (host.leave(), left.set()))
+        leaving = threading.Thread(target=lambda: (host.failures.done(), left.set()))
         leaving.start()
         assert not left.wait(timeout=0.5)  # the peer has not said it is done
-        peer.leave()
+        peer.failures.done()
         assert left.wait(timeout=60)
         leaving.join()
     finally:
@@ -260,7 +264,7 @@ def test_the_store_host_does_not_wait_forever_for_a_peer_that_never_finishes(ser
     host = watch("w0", client(server_port), 0, 2, hosts_store=True, window_s=0.2)
     silent = watch("w1", client(server_port), 1, 2)
     try:
-        host.leave()  # returns after the bound: the peer may be gone for good
+        host.failures.done()  # returns after the bound: the peer may be gone for good
     finally:
         host.stop()
         silent.stop()
@@ -272,9 +276,9 @@ def test_the_store_host_does_not_wait_for_a_peer_it_found_lost(server_port: int)
     try:
         wait_for_members(host, 2)
         vanished.stop()  # no more beats, no announcement: lost
-        assert [peer.group_rank for peer in host.lost_peers()] == [1]
+        assert [peer.group_rank for peer in host.lost_pods.search()] == [1]
         started = time.monotonic()
-        host.leave()
+        host.failures.done()
         # waiting for the lost peer would take the whole 5 s window; not waiting, one store write
         assert time.monotonic() - started < 4.0
     finally:
@@ -310,8 +314,8 @@ def test_a_peer_that_goes_silent_while_all_is_well_is_declared_lost_and_every_po
             assert wait_until(lambda told=pods[rank][1]: bool(told), PATIENCE_S), f"pod {rank} was never told"
             (lost,) = pods[rank][1][0]
             assert (lost.group_rank, lost.worker) == (2, "w2") and lost.last_seen_ns is not None
-        assert pods[3][0].declared_lost() == pods[3][1][0]
-        assert pods[0][0].lost_peers() == (pods[0][1][0][0],)  # at once: the verdict, no new watch
+        assert pods[3][0].lost_pods.declared() == pods[3][1][0]
+        assert pods[0][0].lost_pods.search() == (pods[0][1][0][0],)  # at once: the verdict, no new watch
     finally:
         for peers, _ in pods:
             peers.stop()
@@ -324,8 +328,9 @@ def test_two_silent_neighbours_are_both_found_the_watcher_moves_past_the_first(s
             wait_for_members(peers, 4)
         pods[1][0].stop()
         pods[2][0].stop()  # pod 1 watched pod 2: once pod 1 is lost, pod 0 watches pod 2
-        assert wait_until(lambda: {p.group_rank for p in pods[3][0].lost_peers()} == {1, 2} if pods[3][1] else False,
-                          PATIENCE_S)
+        assert wait_until(
+            lambda: {p.group_rank for p in pods[3][0].lost_pods.search()} == {1, 2} if pods[3][1] else False,
+            PATIENCE_S)
     finally:
         for peers, _ in pods:
             peers.stop()
@@ -341,7 +346,7 @@ def test_peers_that_finished_failed_or_only_beat_slowly_are_never_declared_lost(
         for peers, _ in pods:
             wait_for_members(peers, 4)
         pods[1][0].finish()
-        pods[2][0].announce_failure()
+        pods[2][0].failures.announce()
         pods[2][0].stop()
         time.sleep(3 * 3.0)
         assert [told for _, told in pods] == [[], [], []]

@@ -70,11 +70,13 @@ def test_a_look_that_raises_costs_that_look_and_the_heartbeat_goes_on(
             raise ZeroDivisionError("a bug no check foresaw")
 
         with caplog.at_level(logging.DEBUG, logger="rootcause_engine.thread_guard"):
-            pods[1].watch._watch_liveness = broken_look  # type: ignore[method-assign]
+            current = pods[1].watch._current()
+            assert current is not None
+            current.beat._watch_liveness = broken_look  # type: ignore[method-assign]
             time.sleep(QUIET_S)
             assert beats_on(server_port, [0, 1, 2])
         assert [pod.lost for pod in pods] == [[], [], []]
-        assert pods[1].watch._thread is not None and pods[1].watch._thread.is_alive()
+        assert current.beat.running
         tracebacks = [record for record in caplog.records
                       if record.levelno >= logging.ERROR and record.exc_info and "peer watch" in record.getMessage()]
         assert len(tracebacks) == 1 and tracebacks[0].exc_info[0] is ZeroDivisionError  # type: ignore[index]
@@ -122,13 +124,13 @@ def test_a_heartbeat_thread_that_dies_anyway_says_its_pod_failed(server_port: in
         assert wait_until(lambda: all(len(pod.watch.members()) == 3 for pod in pods), WAIT_S)
         current = pods[1].watch._current()
         assert current is not None
-        current.wake = _Broken()
+        current.beat._wake = _Broken()
         assert wait_until(lambda: pods[0].peer_failed == 1 and pods[2].peer_failed == 1, WAIT_S)
         time.sleep(QUIET_S)  # pod 1 beats no more: silent, and failed
         assert [pod.lost for pod in pods] == [[], [], []]
         note = pods[1].watch.watch_note()
         assert note is not None and "peer watch stopped (RuntimeError: the loop itself broke)" in note
-        assert pods[0].watch.lost_peers() == ()  # the failure path too: it failed, it is not lost
+        assert pods[0].watch.lost_pods.search() == ()  # the failure path too: it failed, it is not lost
     finally:
         _close(pods)
 
@@ -156,4 +158,4 @@ def test_the_link_hub_outlives_an_error_in_serving_one_connection(monkeypatch: p
     assert probe(endpoint)
     note = peer_link.hub_note()
     assert note is not None and "peer link hub failed at " in note and "KeyError" in note
-    assert hub._thread.is_alive()
+    assert hub._loop.running

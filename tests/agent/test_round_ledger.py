@@ -13,7 +13,7 @@ from rootcause_core.collectives import CollectivePosition
 from rootcause_core.testimony import LostPeer, Member
 from rootcause_engine.agent.event_log import Event, EventLog
 from rootcause_engine.agent.peer_link import LinkEndpoint
-from rootcause_engine.agent.round_ledger import LOST, RoundLedger
+from rootcause_engine.agent.round_ledger import DONE, FAILED, LOST, READ, SAID, RoundLedger
 from rootcause_engine.agent.store_values import MAX_KEYS_PER_READ
 from testbed.tcp_store import client
 
@@ -36,9 +36,9 @@ def test_what_each_pod_appends_every_pod_reads_in_one_order(server_port: int) ->
     pods[1].failed(stall)
     pods[0].failed(None)
     pods[2].lost(LostPeer(1, "w1", 123))  # pod 2 (a watcher) on pod 1
-    pods[0].said()
-    pods[0].read()
-    pods[1].done()
+    pods[0].mark(SAID)
+    pods[0].mark(READ)
+    pods[1].mark(DONE)
     histories = [pod.refresh() for pod in pods]
     assert histories[0] == histories[1] == histories[2]
     assert [(event.kind, event.rank) for event in histories[0]] == [
@@ -47,12 +47,23 @@ def test_what_each_pod_appends_every_pod_reads_in_one_order(server_port: int) ->
     joined = reader.joined()
     assert joined[0].member == Member(0, "w0", 0, 2, True) and joined[0].link == endpoint
     assert joined[1].member.worker == "w1" and joined[1].link is None
-    assert reader.failed_ranks() == {0, 1} and reader.done_ranks() == {1}
+    assert reader.ranks(FAILED) == {0, 1} and reader.ranks(DONE) == {1}
     assert reader.stalls() == {1: stall}
-    assert reader.said_ranks() == {0} and reader.readers() == {0}
+    assert reader.ranks(SAID) == {0} and reader.ranks(READ) == {0}
     verdicts, seen = reader.verdicts()
     assert verdicts == [LostPeer(1, "group rank 1", 123)] and seen == 8
     assert reader.verdicts(seen) == ([], 8)  # a consumer's place: nothing new since
+
+
+def test_only_this_pod_s_plain_events_are_marked_and_only_round_kinds_are_counted(server_port: int) -> None:
+    """``mark`` appends ``done``, ``said`` or ``read`` (a join, a failure or a verdict carries data:
+    their own writers); ``ranks`` asks of the round's kinds only (a typo is a bug, not an empty set)."""
+    ledger = RoundLedger(_call(client(server_port)), 2, 1)
+    with pytest.raises(AssertionError):
+        ledger.mark(FAILED)
+    with pytest.raises(AssertionError):
+        ledger.ranks("finished")
+    assert ledger.ranks(LOST) == frozenset()
 
 
 def test_a_rank_s_first_join_is_its_member_a_later_one_is_not(server_port: int) -> None:
@@ -106,7 +117,7 @@ def test_what_is_known_is_read_while_a_refresh_waits_on_a_silent_store(server_po
     refreshing.start()
     time.sleep(0.2)
     started = time.monotonic()
-    assert 0 in ledger.joined() and ledger.failed_ranks() == set()
+    assert 0 in ledger.joined() and ledger.ranks(FAILED) == set()
     assert time.monotonic() - started < 1
     answer.set()
     refreshing.join(10)

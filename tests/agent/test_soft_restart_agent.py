@@ -241,8 +241,9 @@ def test_leaving_for_good_before_any_world_or_after_the_store_went_never_raises(
 
 
 class _Agent:
-    """Stand-in for torch's agent as the loop sees it (:class:`AgentParts`): a node of the first world
-    with two local workers, whose monitor poll is where the kubelet's SIGTERM reaches the agent."""
+    """Stand-in for torch's agent as the loop sees it (:class:`AgentParts`: this one object plays its
+    ``round``, ``workers`` and ``ending``): a node of the first world with two local workers, whose
+    monitor poll is where the kubelet's SIGTERM reaches the agent."""
 
     local_world_size = 2
     monitor_interval = 0.01
@@ -257,6 +258,7 @@ class _Agent:
         self._ranks: dict[int, tuple[int, int]] = {}
         self.started = 0
         self.polls = 0
+        self.round = self.workers = self.ending = self
 
     def rendezvous(self) -> None:
         """torch's rendezvous already gave this node its group rank."""
@@ -267,7 +269,7 @@ class _Agent:
     def ranks(self) -> dict[int, tuple[int, int]]:
         return dict(self._ranks)
 
-    def start_workers(self) -> dict[int, int]:
+    def start(self) -> dict[int, int]:
         self.started += 1
         return {}
 

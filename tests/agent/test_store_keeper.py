@@ -47,6 +47,10 @@ AGENT = textwrap.dedent(
                                       min_nodes=1, max_nodes=1)
         store = _create_tcp_store(params)  # torch's own choice: host the store, or connect to it
         store.set("written-by", "agent")
+        handed = []
+        if sys.argv[3] == "hand-over":  # a patch raised after the block began: upstream's launch runs next
+            handed = [keeper.pid for keeper in kept.keepers]
+            kept.hand_over()
         workers_port = None
         if rendezvous:  # torch's whole rendezvous, which creates the workers' store on rank 0
             handler = get_rendezvous_handler(params)
@@ -58,7 +62,7 @@ AGENT = textwrap.dedent(
         )
         print(json.dumps({
             "agent": os.getpid(),
-            "keepers": [] if kept is None else [keeper.pid for keeper in kept.keepers],
+            "keepers": [] if kept is None else [keeper.pid for keeper in kept.keepers] + handed,
             "agent_listens": process_listens_on(os.getpid(), port),
             "workers_port": workers_port,
             "threads": threads,
@@ -201,6 +205,22 @@ def test_the_stores_end_with_the_block(agent_factory) -> None:  # type: ignore[n
     assert not any(alive(keeper) for keeper in agent.facts["keepers"])
     assert refused(port)
     assert refused(agent.facts["workers_port"])
+
+
+def test_a_store_handed_over_outlives_the_block_and_dies_with_its_agent(agent_factory) -> None:  # type: ignore[no-untyped-def]
+    """A patch raised after the keeper started (the pod falls back to upstream's launch): a peer that
+    already reached the store keeps it, and upstream's agent finds the port taken and connects."""
+    port = free_port()
+    agent = agent_factory(port, mode="hand-over")
+    (keeper,) = agent.facts["keepers"]
+    peer = client(port)
+    assert agent.say() == "block left"
+    assert alive(keeper)
+    peer.set("after", "the block")
+    assert client(port).get("written-by") == b"agent" and client(port).get("after") == b"the block"
+    agent.process.kill()
+    agent.process.wait(timeout=PATIENCE_S)
+    assert wait_until(lambda: not alive(keeper), PATIENCE_S), f"the keeper outlived its agent by {PATIENCE_S:g} s"
 
 
 def test_spawning_agent_serves_its_stores_itself_as_torch_does(agent_factory) -> None:  # type: ignore[no-untyped-def]

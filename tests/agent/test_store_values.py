@@ -30,6 +30,7 @@ from rootcause_engine.agent.store_values import (
     read_value,
     text_value,
 )
+from rootcause_engine.upstream.say_once import SayOnce
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -156,10 +157,11 @@ def test_an_inflated_counter_is_read_in_bounded_steps(prefixed_store: Any) -> No
     assert log.length(call) is None and log.append(call, '"x"') is None
 
 
-def test_the_keys_reported_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_keys_reported_are_bounded(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A forger writing many bad keys cannot grow the reader's memory: past the cap, debug logs only."""
-    monkeypatch.setattr(store_values, "_reported", set())
-    monkeypatch.setattr(store_values, "_MAX_REPORTED", 8)
-    for index in range(100):
-        store_values.bad_value(f"rootcause/forged/{index}", "test")
-    assert len(store_values._reported) == 8
+    monkeypatch.setattr(store_values, "_reported", SayOnce(most=8))
+    with caplog.at_level("DEBUG", logger=store_values.__name__):
+        for index in range(100):
+            store_values.bad_value(f"rootcause/forged/{index}", "test")
+    levels = [r.levelname for r in caplog.records if "rootcause/forged/" in r.getMessage()]
+    assert levels == ["WARNING"] * 8 + ["DEBUG"] * 92

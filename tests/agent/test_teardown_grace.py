@@ -62,7 +62,7 @@ def _signal_of(observer: LaunchObserver, worker: LaunchedWorker) -> int | None:
 def _assert_killed_after_grace(observer: LaunchObserver) -> None:
     (ignoring,) = [w for w in observer.ledger.workers_of(0) if w.global_rank == IGNORING_RANK]
     exit_ = observer.ends.exit_of(ignoring)
-    teardown_ns = observer.ledger.teardown_ns(0)
+    teardown_ns = observer.ledger.teardown_of(0).began_ns
     assert exit_ is not None and teardown_ns is not None
     assert _signal_of(observer, ignoring) == signal.SIGKILL
     lived_s = (exit_.exit_ns - teardown_ns) / 1e9

@@ -23,7 +23,7 @@ import pytest
 import torch.distributed as dist
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_engine import soft_restart
+from rootcause_engine import soft_restart, thread_guard
 from rootcause_engine.agent import death_watcher as death_watcher_module
 from rootcause_engine.agent import hang_watch as hang_watch_module
 from rootcause_engine.agent import watchdog as watchdog_module
@@ -67,8 +67,12 @@ def _tracebacks(caplog: pytest.LogCaptureFixture, level: int, name: str) -> list
             if record.levelno == level and record.exc_info and name in record.getMessage()]
 
 
+class _Stop(BaseException):
+    """What a test ends a thread with (no ``Exception``: no iteration survives it)."""
+
+
 class _Broken(threading.Event):
-    """A loop's stop event whose wait raises: the loop itself breaks, outside any one iteration."""
+    """A loop's wake-up event whose wait raises: the loop itself breaks, outside any one iteration."""
 
     def wait(self, timeout: float | None = None) -> bool:
         raise RuntimeError("the loop itself broke")
@@ -111,10 +115,10 @@ def test_a_watchdog_thread_that_dies_anyway_is_logged_critical_and_noted(caplog:
     settings = WatchdogSettings(interval_s=0.05, hang_timeout_s=60.0, teardown_grace_s=1.0)
     with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER), DeathWatcher() as watcher:
         watchdog = AgentWatchdog(LaunchObserver(watcher), settings, error_of=RuntimeError, exit_process=print)
-        watchdog._stop = _Broken()
+        watchdog._loop._woken = _Broken()
         with watchdog:
-            assert wait_until(lambda: not watchdog._thread.is_alive(), WAIT_S)
-    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-agent-watchdog")
+            assert wait_until(lambda: not watchdog._loop.running, WAIT_S)
+    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-launch-watch")
     assert death.exc_info[0] is RuntimeError  # type: ignore[index]
     note = watchdog.note()
     assert note is not None and "agent watchdog stopped at " in note and "the loop itself broke" in note
@@ -145,7 +149,7 @@ def test_an_exit_whose_record_raises_costs_that_record_and_the_next_exit_is_reco
             assert wait_until(lambda: watcher.exit_of(second.pid) is not None, WAIT_S), "the next exit was lost"
             exit_ = watcher.exit_of(second.pid)
             assert exit_ is not None and exit_.exitcode == 5
-            assert watcher._thread is not None and watcher._thread.is_alive()
+            assert watcher._loop is not None and watcher._loop.running
             note = watcher.note()
     finally:
         first.wait()
@@ -161,12 +165,12 @@ def test_a_death_watcher_thread_that_dies_anyway_is_logged_critical_and_the_kern
     try:
         with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER), DeathWatcher() as watcher:
 
-            def broken() -> list[Any]:
-                raise RuntimeError("the loop itself broke")
+            def broken() -> list[Any]:  # no ``Exception``: a step that raises one only costs that step
+                raise _Stop("the loop itself broke")
 
             monkeypatch.setattr(watcher, "_take_pending", broken)
             watcher.watch(child.pid)  # wakes the thread, which dies taking its pending processes
-            assert wait_until(lambda: watcher._thread is not None and not watcher._thread.is_alive(), WAIT_S)
+            assert wait_until(lambda: watcher._loop is not None and not watcher._loop.running, WAIT_S)
             # the watchdog's own look at the kernel still sees the exit, status included
             assert wait_until(lambda: watcher.confirm_exit(child.pid) is not None, WAIT_S)
             exit_ = watcher.exit_of(child.pid)
@@ -175,7 +179,7 @@ def test_a_death_watcher_thread_that_dies_anyway_is_logged_critical_and_the_kern
     finally:
         child.wait()
     [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-death-watcher")
-    assert death.exc_info[0] is RuntimeError  # type: ignore[index]
+    assert death.exc_info[0] is _Stop  # type: ignore[index]
     assert note is not None and "death watcher stopped at " in note
 
 
@@ -218,11 +222,10 @@ def test_a_hang_watch_look_that_raises_costs_that_look_and_the_hung_rank_is_stil
 
 def test_a_hang_watch_thread_that_dies_anyway_is_logged_critical_and_noted(caplog: pytest.LogCaptureFixture) -> None:
     watch = HangWatch(_Ledger([]), None, HangSettings(after_s=1.5, interval_s=0.05))  # type: ignore[arg-type]
-    watch._stop = _Broken()
+    watch._loop._woken = _Broken()
     with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER), watch:
-        thread = watch._thread
-        assert thread is not None and wait_until(lambda: not thread.is_alive(), WAIT_S)
-    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-hang-watch")
+        assert wait_until(lambda: not watch._loop.running, WAIT_S)
+    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-launch-watch")
     assert death.exc_info[0] is RuntimeError  # type: ignore[index]
     note = watch.note()
     assert note is not None and "hang watch stopped at " in note
@@ -231,38 +234,52 @@ def test_a_hang_watch_thread_that_dies_anyway_is_logged_critical_and_noted(caplo
 # --- the store client ----------------------------------------------------------------------------
 
 
-def test_a_store_client_thread_that_dies_fails_its_caller_at_once_and_the_next_call_is_answered(
-        server_port: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """The helper thread dies while a ``set`` waits on it: the caller gets the store error it handles
-    (``StoreUnresponsive``) long before its deadline, not after it; the next call starts a new thread
-    and is answered (a dead client used to fail every later call, and the peer watch would then have
-    taken the store's host for lost)."""
+@pytest.mark.parametrize(("error", "said"), [(UnicodeError, r"client failed \(UnicodeError"),
+                                              (_Stop, r"thread died \(_Stop")], ids=["step", "death"])
+def test_a_store_client_step_that_raises_or_a_thread_that_dies_fails_its_caller_at_once_and_the_next_call_is_answered(
+        error: type[BaseException], said: str, server_port: int, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The helper thread's step raises (an ``Exception``), or its thread dies (anything else), while a
+    ``set`` waits on it: the caller gets the store error it handles (``StoreUnresponsive``) long
+    before its deadline, not after it; the next call is answered, by the same thread or a new one (a
+    dead client used to fail every later call, and the peer watch would then have taken the store's
+    host for lost)."""
     timeout_s = 30.0
     store = BoundedStore(client(server_port), timeout_s)
     try:
-        broken, calls = _raises_first(store._answer)
+        real = store._answer
+        calls: list[int] = []
+
+        def broken(request: Any) -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise error("label too long (a bug no check foresaw)")
+            real(request)
+
         monkeypatch.setattr(store, "_answer", broken)
         with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER):
             started = time.monotonic()
-            with pytest.raises(StoreUnresponsive, match=r"thread died \(UnicodeError"):
+            with pytest.raises(StoreUnresponsive, match=said):
                 store.call("set", "rootcause/test/key", "first")
             assert time.monotonic() - started < timeout_s / 2
             store.call("set", "rootcause/test/key", "second")
             assert store.call("get", "rootcause/test/key") == b"second"
         assert len(calls) == 3
-        [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-store-client")
-        assert death.exc_info[0] is UnicodeError  # type: ignore[index]
         note = store.note()
-        assert note is not None and "client thread died (UnicodeError" in note
+        assert note is not None
+        if error is _Stop:
+            [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-store-client")
+            assert death.exc_info[0] is _Stop  # type: ignore[index]
+            assert "rendezvous store client stopped at " in note
+        else:
+            [traceback] = _tracebacks(caplog, logging.ERROR, "rendezvous store client")
+            assert traceback.exc_info[0] is UnicodeError  # type: ignore[index]
+            assert "rendezvous store client failed at " in note and "UnicodeError" in note
     finally:
         store.close()
 
 
 # --- the soft-restart world watcher (a worker's thread) ------------------------------------------
-
-
-class _Stop(BaseException):
-    """What the test ends a world watcher's thread with (no ``Exception``: no iteration survives it)."""
 
 
 class _Channel:
@@ -276,8 +293,8 @@ class _Channel:
 def test_a_world_watcher_look_that_raises_is_logged_once_and_a_dead_watcher_is_started_again(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Its looks raise twice (they used to be swallowed without a word): one traceback, the looks go
-    on. Its thread then dies: logged at critical level, noted, and the next world's group starts a
-    new watcher."""
+    on. Its thread (the worker's watch) then dies: logged at critical level, noted, and the next
+    world's group starts a new one."""
     looks: list[int] = []
     end = threading.Event()
     real = soft_restart._interrupt_if_scaled_down
@@ -291,12 +308,15 @@ def test_a_world_watcher_look_that_raises_is_logged_once_and_a_dead_watcher_is_s
         real(channel)
 
     monkeypatch.setattr(soft_restart, "_interrupt_if_scaled_down", look)
-    monkeypatch.setattr(soft_restart, "_watcher", [])
+    monkeypatch.setattr(soft_restart, "_world_duty", [])
+    monkeypatch.setattr(thread_guard, "_worker_watch", None)  # this test's own worker watch
     monkeypatch.setattr(soft_restart, "_world_looks", LoopGuard("world watcher", stopped="test"))
     channel = _Channel()
     with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER):
         soft_restart._ensure_world_watcher(channel)  # type: ignore[arg-type]
-        [first] = soft_restart._watcher
+        watch = thread_guard.worker_watch()
+        first = watch._thread
+        assert first is not None
         assert wait_until(lambda: len(looks) >= 5, WAIT_S) and first.is_alive()
         [traceback] = _tracebacks(caplog, logging.ERROR, "world watcher")
         assert traceback.exc_info[0] is UnicodeError  # type: ignore[index]
@@ -304,16 +324,16 @@ def test_a_world_watcher_look_that_raises_is_logged_once_and_a_dead_watcher_is_s
         end.set()
         first.join(WAIT_S)
         assert not first.is_alive()
-        [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-world-watcher")
+        [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-worker-watch")
         assert death.exc_info[0] is _Stop  # type: ignore[index]
         note = soft_restart._world_looks.note()
         assert note is not None and "world watcher failed at " in note and "world watcher stopped at " in note
 
         end.clear()
         soft_restart._ensure_world_watcher(channel)  # type: ignore[arg-type]
-        [second] = soft_restart._watcher
+        second = watch._thread
         seen = len(looks)
-        assert second is not first and wait_until(lambda: len(looks) > seen, WAIT_S) and second.is_alive()
-        end.set()  # no thread left behind
-        second.join(WAIT_S)
+        assert second is not first and second is not None
+        assert wait_until(lambda: len(looks) > seen, WAIT_S) and second.is_alive()
+        watch.stop(WAIT_S)  # no thread left behind
         assert not second.is_alive()

@@ -76,7 +76,8 @@ def test_ending_workers_terminates_then_kills_under_the_shorter_grace_and_stamps
             ledger.add_worker(LaunchedWorker(0, local_rank, local_rank, 0, child.pid, error_file=""))
         grace_s = 0.5
         teardown.end_workers(0, grace_s=grace_s)
-        teardown_ns, signals_ns, done_ns = ledger.teardown_ns(0), ledger.signals_ns(0), ledger.teardown_done_ns(0)
+        moments = ledger.teardown_of(0)
+        teardown_ns, signals_ns, done_ns = moments.began_ns, moments.signals_ns, moments.done_ns
         assert teardown_ns is not None and signals_ns is not None and done_ns is not None
         assert teardown_ns <= signals_ns <= done_ns
         exits = {child.pid: watcher.confirm_exit(child.pid) for child in (dead, plain, stubborn)}
@@ -89,8 +90,7 @@ def test_ending_workers_terminates_then_kills_under_the_shorter_grace_and_stamps
         lived_s = (stubborn_exit.exit_ns - signals_ns) / 1e9
         assert grace_s - 0.1 <= lived_s < LONG_GRACE_S, lived_s  # 0.1 s: wall clock here, monotonic there
         teardown.end_workers(0)
-        assert (ledger.teardown_ns(0), ledger.signals_ns(0), ledger.teardown_done_ns(0)) == (
-            teardown_ns, signals_ns, done_ns)
+        assert ledger.teardown_of(0) == moments
     finally:
         _reap(dead, plain, stubborn)
 
@@ -128,7 +128,7 @@ def test_live_workers_are_probed_once_before_a_teardown_they_were_asked_for_and_
         teardown.end_workers(0, probe=True, grace_s=5.0)
         answer = teardown.probe_of(idle_worker)
         assert answer is not None and "in stuck_in_user_code" in answer.stacks
-        assert answer.asked_ns <= (ledger.signals_ns(0) or 0)
+        assert answer.asked_ns <= (ledger.teardown_of(0).signals_ns or 0)
         assert teardown.probe_of(raised_worker) is None
         for child in (idle, raised):
             exit_ = watcher.confirm_exit(child.pid)

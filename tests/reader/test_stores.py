@@ -277,7 +277,7 @@ def test_async_api_and_sync_api_inside_a_running_loop(file_store: ObjectStore) -
     r = reader(file_store, prefix)
 
     async def inside_loop() -> tuple[str, str]:
-        from_async = (await r.read_error_async()).execution_error.worker
+        from_async = (await r.aio.read_error()).execution_error.worker
         from_sync = r.read_error().execution_error.worker  # runs on a private loop in a thread
         return from_async, from_sync
 

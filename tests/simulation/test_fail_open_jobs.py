@@ -24,6 +24,7 @@ from rootcause_harness.flyte2.job import run_job as run_flyte2_job
 from rootcause_harness.flytekit.console import console_at_decision
 from rootcause_harness.flytekit.job import JobSpec, StoreAccess, run_job
 from rootcause_harness.operator import JobPhase
+from tests.elastic_tasks import slow_rank_0_outputs
 from tests.elastic_tasks.forked_training import forked_train_2x1, forked_train_2x2
 
 pytestmark = pytest.mark.slow
@@ -101,6 +102,22 @@ def test_flytekit_patch_that_raises_falls_back_to_upstream(monkeypatch: pytest.M
     assert console_at_decision(result).outcome == "success", logs
     assert f"{OFF}applying a patch raised TypeError: LocalElasticAgent is frozen here" in logs, logs
     assert AS_UPSTREAM in logs
+
+
+def test_flytekit_pod_without_rank_0_running_as_upstream_waits_for_rank_0_s_outputs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Upstream's pod without rank 0 exits 0 at once, before rank 0's pod wrote ``outputs.pb`` (here
+    5 s later), and the operator's decision at that exit finds no outputs; the fallback keeps the
+    plugin's wait (kfpytorch's public ``IgnoreOutputs`` and the object store, no torch internal)."""
+    _skew(monkeypatch, tmp_path, frozen=(AGENT_CLASS,))
+    result, logs = _flytekit_job(tmp_path, slow_rank_0_outputs.each_rank_returns_its_own)
+    assert [pod.returncode for pod in result.pods] == [0, 0], logs
+    assert AS_UPSTREAM in logs, logs
+    rank_0_pod, _ = result.placement[0]
+    (waiting,) = [pod for pod in result.pods if pod.name != rank_0_pod]
+    written_ns = Path(result.output_prefix, "outputs.pb").stat().st_mtime_ns
+    assert written_ns <= waiting.exited_ns, logs
+    assert console_at_decision(result).outcome == "success", logs
 
 
 def _flyte2_job(tmp_path: Path, task, nproc: int, fault: Fault | None = None):

@@ -49,7 +49,7 @@ def test_a_node_leaves_the_others_form_a_world_without_it_then_it_joins_back(pre
     assert [(w.version, w.members) for w in down] == [(1, (0, 2)), (1, (0, 2))]
     assert down[1].group_rank(2) == 1  # node 2 moved down to group rank 1
 
-    up = _in_threads(lambda: one.join(10), lambda: _after_proposal(zero), lambda: _after_proposal(two))
+    up = _in_threads(lambda: one.entry.join(10), lambda: _after_proposal(zero), lambda: _after_proposal(two))
     assert {(w.version, w.members) for w in up} == {(2, (0, 1, 2))}
     assert up[0].group_rank(1) == 1  # its old place back
     assert [c.kind for c in up[0].changes] == ["leave", "join"]
@@ -63,7 +63,7 @@ def _after_proposal(world: SoftWorld) -> World:
 
 def test_a_fatal_failure_reaches_every_node_without_forming_a_world(prefixed_store: Any) -> None:
     zero, two = _node(prefixed_store, 0), _node(prefixed_store, 2)
-    _node(prefixed_store, 1).fail_job("not recoverable")
+    _node(prefixed_store, 1).leave("not recoverable", fatal=True)
     for world in (zero, two):
         assert world.change_proposed()
         result = world.next_world(10)
@@ -83,7 +83,7 @@ def test_a_join_while_a_world_forms_gives_one_sequence_of_worlds_everyone_agrees
     zero, one, two = _node(prefixed_store, 0), _node(prefixed_store, 1), _node(prefixed_store, 2)
     two.leave("worker raised")
     one.leave("worker raised")  # both in world 1's proposal or one after the other: either way one order
-    one_back = threading.Thread(target=lambda: results.append(one.join(10)))
+    one_back = threading.Thread(target=lambda: results.append(one.entry.join(10)))
     results: list[World] = []
     one_back.start()
     final = zero.next_world(10)
@@ -102,7 +102,7 @@ def test_no_world_smaller_than_the_minimum_forms_its_members_wait_for_a_node_to_
     waiter.start()
     threading.Event().wait(0.1)
     assert not results  # pod-0 waits, paused, instead of going on alone
-    back = one.join(10)
+    back = one.entry.join(10)
     waiter.join(timeout=20)
     assert (back.version, back.members) == (results[0].version, results[0].members) == (2, (0, 1))
 
@@ -121,16 +121,16 @@ def test_a_pod_arriving_once_the_job_runs_joins_its_latest_world_as_a_new_node(p
     assert SoftWorld.running_job_nodes(prefixed_store) is None
     assert SoftWorld.join_running(prefixed_store, "early") is None
     zero, one = _node(prefixed_store, 0), _node(prefixed_store, 1)  # node 2 is lost
-    zero.announce_running()
+    zero.entry.announce_running()
     assert SoftWorld.running_job_nodes(prefixed_store) == 3
-    assert zero.first_world_barrier()
+    assert zero.exit.uses_torch_barrier
     assert zero.remove_lost(2, "pod-2", "sent no heartbeat")
     _in_threads(lambda: zero.next_world(10), lambda: one.next_world(10))
-    assert not zero.first_world_barrier()  # a node was lost: torch's barrier would wait for it
+    assert not zero.exit.uses_torch_barrier  # a node was lost: torch's barrier would wait for it
     new = SoftWorld.join_running(prefixed_store, "pod-2")
     assert new is not None and new.node == 3 and new.current.members == (0, 1) and new.current.version == 1
-    assert not new.first_world_barrier()
-    grown = _in_threads(lambda: new.join(10), lambda: zero.next_world(10), lambda: one.next_world(10))
+    assert not new.exit.uses_torch_barrier
+    grown = _in_threads(lambda: new.entry.join(10), lambda: zero.next_world(10), lambda: one.next_world(10))
     assert {(w.version, w.members) for w in grown} == {(2, (0, 1, 3))}
     assert grown[0].group_rank(3) == 2 and grown[0].grew
     late = SoftWorld.join_running(prefixed_store, "late")

@@ -492,14 +492,15 @@ def _soft_agent_parts(_: Any) -> None:
     group.store, group.group_rank, group.group_world_size = object(), 1, 3
     group.master_addr, group.master_port = "127.0.0.1", 29400
     parts = AgentParts(agent)
-    assert (parts.group_rank, parts.group_world_size, parts.local_world_size) == (1, 3, 2)
-    assert (parts.master_addr, parts.master_port, parts.monitor_interval) == ("127.0.0.1", 29400, 0.25)
-    assert parts.shares_rendezvous_store and parts.store is group.store
-    assert parts.remaining_restarts == 2
-    parts.use_restart()
+    job, workers = parts.round, parts.workers
+    assert (job.group_rank, job.group_world_size, workers.local_world_size) == (1, 3, 2)
+    assert (job.master_addr, job.master_port, workers.monitor_interval) == ("127.0.0.1", 29400, 0.25)
+    assert job.shares_rendezvous_store and job.store is group.store
+    assert parts.ending.remaining_restarts == 2
+    parts.ending.use_restart()
     assert agent._remaining_restarts == 1
-    parts.set_ranks(4, 8)
-    assert parts.ranks() == {0: (4, 8), 1: (5, 8)}
+    workers.set_ranks(4, 8)
+    assert workers.ranks() == {0: (4, 8), 1: (5, 8)}
     assert [(w.local_rank, w.role_rank, w.role_world_size) for w in group.workers] == [(0, 4, 8), (1, 5, 8)]
     group.workers[0].id = 123
     assert agent._pcontext is None  # what pids() reads once workers run
@@ -595,11 +596,12 @@ def _running_job_parts(_: Any) -> None:
     spec = WorkerSpec(role="trainer", local_world_size=2, rdzv_handler=handler, entrypoint="true", max_restarts=1)
     agent = LocalElasticAgent(spec, DefaultLogsSpecs())
     parts = AgentParts(agent)
-    parts.job_store.set("k", "v")
+    parts.round.job_store.set("k", "v")
     assert server.get("rootcause/run-1/k") == b"v"
-    parts.enter_running_job(3, 4)
+    parts.round.enter_running_job(3, 4)
     assert agent._store is server and agent._worker_group.group_rank == 3
-    assert parts.ranks() == {0: (6, 8), 1: (7, 8)} and parts.world_store_address == ("127.0.0.1", server.port)
+    assert parts.workers.ranks() == {0: (6, 8), 1: (7, 8)}
+    assert parts.round.world_store_address == ("127.0.0.1", server.port)
 
 
 def _default_group_lifecycle(_: Any) -> None:

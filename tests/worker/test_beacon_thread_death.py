@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rootcause_engine.thread_guard import GuardedLoop
 from rootcause_engine.worker.progress_beacon import ProgressBeacon, read_beacon
 from testbed.sync import wait_until
 
@@ -45,14 +46,14 @@ def test_a_beat_that_raises_costs_that_beat_is_logged_once_and_the_beacon_beats_
     status = _Status(broken=2)
     path = tmp_path / "progress.json"
     beacon = ProgressBeacon(str(path), status=status, entries=lambda: [], open_calls=lambda: [])
-    stop = threading.Event()
+    loop = GuardedLoop("rootcause-worker-watch")
     with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER):
-        thread = beacon.start(0.05, stop)
+        beacon.start(0.05, loop)
         try:
             assert wait_until(lambda: read_beacon(str(path)) is not None, WAIT_S), "the beacon never wrote"
         finally:
-            stop.set()
-            thread.join(WAIT_S)
+            beacon.stop()
+            loop.stop(WAIT_S)
     reading = read_beacon(str(path))
     assert reading is not None and reading.pid == os.getpid() and [g.entered for g in reading.groups] == [4]
     [traceback] = _tracebacks(caplog, logging.ERROR, "progress beacon")
@@ -62,7 +63,7 @@ def test_a_beat_that_raises_costs_that_beat_is_logged_once_and_the_beacon_beats_
 
 
 class _Broken(threading.Event):
-    """The beacon's stop event, whose wait raises: the loop itself breaks after a beat."""
+    """The watch thread's wake-up event, whose wait raises: the loop itself breaks after a beat."""
 
     def wait(self, timeout: float | None = None) -> bool:
         raise RuntimeError("the loop itself broke")
@@ -74,12 +75,13 @@ def test_a_beacon_whose_thread_dies_is_logged_critical_and_leaves_no_stale_file(
     removed, so that the agent's hang watch does not take its last beat for a rank that stopped."""
     path = tmp_path / "progress.json"
     beacon = ProgressBeacon(str(path), status=_Status(broken=0), entries=lambda: [], open_calls=lambda: [])
+    loop = GuardedLoop("rootcause-worker-watch")
+    loop._woken = _Broken()
     with caplog.at_level(logging.DEBUG, logger=GUARD_LOGGER):
-        thread = beacon.start(0.05, _Broken())
-        thread.join(WAIT_S)
-    assert not thread.is_alive()
+        beacon.start(0.05, loop)
+        assert wait_until(lambda: not loop.running, WAIT_S)
     assert beacon.written_bytes > 0 and not path.exists()  # it beat once, then its file went with it
-    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-progress-beacon")
+    [death] = _tracebacks(caplog, logging.CRITICAL, "rootcause-worker-watch")
     assert death.exc_info[0] is RuntimeError  # type: ignore[index]
     note = beacon.beats.note()
     assert note is not None and "progress beacon stopped at " in note

@@ -77,27 +77,39 @@ def test_a_malformed_file_is_no_reading(tmp_path: Path) -> None:
 
 
 _WORKER = """
-import os, sys, time, torch, torch.distributed as dist
-from rootcause_engine.worker.progress_beacon import start_progress_beacon
+import json, os, sys, time, torch, torch.distributed as dist
+from rootcause_engine.worker.progress_beacon import beacon_path, read_beacon, start_progress_beacon
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 for _ in range(3):
     dist.all_reduce(torch.ones(4))
 start_progress_beacon(sys.argv[1], 0.1)
 start = time.process_time()
-time.sleep(3)
+deadline = time.monotonic() + 90  # a loaded machine may starve the watch thread: wait for the beats, not a time
+while time.monotonic() < deadline:
+    time.sleep(0.5)
+    reading = read_beacon(beacon_path(sys.argv[1]))
+    if reading is not None and reading.written_bytes >= 20 * len(json.dumps(reading.to_json())):
+        break
 print(time.process_time() - start)
 """
 
 
 def test_a_real_worker_s_beacon_says_its_collectives_and_costs_little(tmp_path: Path) -> None:
-    """torch's own status of a gloo group, with the ring off, written every 0.1 s for 3 s."""
+    """torch's own status of a gloo group, with the ring off, written every 0.1 s until some 20 beats
+    were written (a few seconds; longer on a loaded machine, whose starved thread beats less often)."""
     error_file = str(tmp_path / "error.json")
     run = subprocess.run([sys.executable, "-c", _WORKER, error_file], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, (run.stdout[-1000:], run.stderr[-3000:])
     reading = read_beacon(beacon_path(error_file))
-    assert reading is not None and reading.groups == (GroupProgress("0", 3, 3),) and not reading.waiting
+    assert reading is not None and len(reading.groups) == 1 and not reading.point_to_point, reading
+    group = reading.groups[0]
+    # torch 2.13's gloo status now and then keeps the second-last completion for good (measured: 1 run
+    # in 6 on a loaded 2-core machine, reading torch's status with no beacon at all), so the third
+    # all-reduce may read as open: the beacon reports what torch says
+    assert (group.pg, group.entered, group.completed) in (("0", 3, 3), ("0", 3, 2)), group
+    assert reading.waiting == (group.completed == 2), reading
     assert time.time_ns() - reading.written_ns < 60 * 1_000_000_000
     beats = reading.written_bytes // len(json.dumps(reading.to_json()))
     cpu_s = float(run.stdout.split()[-1])
-    assert beats >= 10, beats
+    assert beats >= 10, (beats, cpu_s)
     assert cpu_s / beats < 0.005, (cpu_s, beats)  # well under a CPU millisecond or so per beat, here

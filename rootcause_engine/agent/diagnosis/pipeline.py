@@ -10,7 +10,7 @@ found frozen, a world change) is a new trigger, not a new pipeline. The steps, i
 2. rank the record's failures with the shared rule (:mod:`.selection`), with the stalls peers
    announced;
 3. when only victims failed here, ask which peer pods are gone (a lost node leaves no file);
-4. leave the peer watch (last: a peer that outlives this pod's store would take it for lost);
+4. say "done" to the peers (last: a peer that outlives this pod's store would take it for lost);
 5. write the report (:mod:`.report`): root cause first, the lost peers, the notes the road adds
    (the agent's own failure, the hang, the soft restarts before), the agent's timeline.
 
@@ -52,20 +52,34 @@ class Trigger(enum.Enum):
     HUNG_RANK = "a rank made no progress while its peers waited for it (before any collective timed out)"
 
 
+class PeerFailures(Protocol):
+    """This pod's word to the other pods on the failure path (``PeerWatch.failures`` answers)."""
+
+    def announce(self, stalled: CollectivePosition | None = None) -> None: ...
+
+    def stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]: ...
+
+    def done(self) -> None: ...
+
+
+class LostPodSearch(Protocol):
+    """Which other pods are gone (``PeerWatch.lost_pods`` answers)."""
+
+    def search(self) -> tuple[LostPeer, ...]: ...
+
+
 class PeerTestimony(Protocol):
     """What the pipeline asks of the other pods (``agent.peer_watch.PeerWatch`` answers)."""
 
-    def announce_failure(self, stalled: CollectivePosition | None) -> None: ...
+    @property
+    def failures(self) -> PeerFailures: ...
 
-    def announced_stalls(self, wait_s: float = 0.0) -> tuple[CollectivePosition, ...]: ...
-
-    def lost_peers(self) -> tuple[LostPeer, ...]: ...
+    @property
+    def lost_pods(self) -> LostPodSearch: ...
 
     def watch_note(self) -> str | None: ...
 
     def members(self) -> tuple[Member, ...]: ...
-
-    def leave(self) -> None: ...
 
 
 #: How long a pod that saw only victims, with a worker alive outside any collective, waits for a peer
@@ -174,8 +188,8 @@ def diagnose(
     """
     local_stall = stalled_collective(worker.recorded for worker in record.workers)
     if peers is not None:
-        peers.announce_failure(local_stall)
-    announced = peers.announced_stalls() if peers is not None else ()
+        peers.failures.announce(local_stall)
+    announced = peers.failures.stalls() if peers is not None else ()
 
     def ranked(stalls: tuple[CollectivePosition, ...]) -> list[WorkerFailure]:
         workers = rank_failures(
@@ -202,16 +216,16 @@ def diagnose(
         # Only victims here ("connection closed": a peer's timeout closed its sockets), and a worker
         # of this pod was alive outside any collective: the peer that timed out may announce where
         # after this pod noticed; with its stall that worker may be the hung rank.
-        announced = peers.announced_stalls(wait_s=STALL_ANNOUNCEMENT_WAIT_S)
+        announced = peers.failures.stalls(wait_s=STALL_ANNOUNCEMENT_WAIT_S)
         if announced:
             failures = ranked(announced)
-    lost = peers.lost_peers() if peers is not None and failures[0].role == Role.VICTIM else ()
+    lost = peers.lost_pods.search() if peers is not None and failures[0].role == Role.VICTIM else ()
     watch = peers.watch_note() if peers is not None else None
     if watch is not None:  # what happened to this pod's own watch: cut off, a failed look, a dead thread
         notes = [*notes, watch]
     members = peers.members() if peers is not None else ()
     if peers is not None:
-        peers.leave()
+        peers.failures.done()
     return report_for(
         failures,
         trigger=trigger,
@@ -233,8 +247,8 @@ def agent_hung(note: str, *, peers: PeerTestimony | None = None, restarts: Seque
     (recoverable: nothing in the user's code failed)."""
     members = peers.members() if peers is not None else ()
     if peers is not None:
-        peers.announce_failure(None)
-        peers.leave()
+        peers.failures.announce(None)
+        peers.failures.done()
     return Diagnosis(
         trigger=Trigger.AGENT_HUNG,
         failures=(),
