@@ -27,7 +27,7 @@ import time
 from torch.distributed import TCPStore
 
 from rootcause_core.liveness import SILENCE_LIMIT_S
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
@@ -70,7 +70,7 @@ def trial(kind: str) -> tuple[float | None, int]:
     server = TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
     pod = subprocess.Popen([sys.executable, "-c", _POD, str(server.port)], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
-    told: list[tuple[float, tuple[LostPeer, ...]]] = []
+    told: list[tuple[float, tuple[LostPod, ...]]] = []
     store = TCPStore("127.0.0.1", server.port, is_master=False, timeout=datetime.timedelta(seconds=30),
                      wait_for_workers=False)
     peers = PeerWatch("pod-0")

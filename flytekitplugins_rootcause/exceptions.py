@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from flytekit.exceptions.system import FlyteSystemException
 from flytekit.exceptions.user import FlyteRecoverableException, FlyteUserRuntimeException
 
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 
 if TYPE_CHECKING:  # the pipeline needs torch; the entrypoint, which imports these classes, must not
@@ -34,7 +34,7 @@ class RootCauseDetails:
     #: The engine's diagnosis the error was made from (``None`` for one built by hand).
     diagnosis: Diagnosis | None = None
     members: tuple[Member, ...] = ()
-    lost_peers: tuple[LostPeer, ...] = ()
+    lost_pods: tuple[LostPod, ...] = ()
     #: the pod the failing pods agreed holds the job's root cause, when it is another pod than this
     #: one (``agent.agreement``): this pod's document then leaves the console's answer to that pod's
     agreed_worker: str | None = None
@@ -58,13 +58,13 @@ class RootCauseDetails:
         failures: Sequence[WorkerFailure],
         *,
         members: Sequence[Member] = (),
-        lost_peers: Sequence[LostPeer] = (),
+        lost_pods: Sequence[LostPod] = (),
     ) -> None:
         if not failures:
             raise ValueError("a root-cause error needs at least one failure")
         self.failures = tuple(failures)
         self._report = message
-        self.members, self.lost_peers = tuple(members), tuple(lost_peers)
+        self.members, self.lost_pods = tuple(members), tuple(lost_pods)
         # then flytekit's exception (next in the subclass's MRO), stamped with the root cause's time
         super().__init__(self._flyte_value(message), timestamp=self.root_cause.timestamp_s)  # type: ignore[call-arg]
 
@@ -117,6 +117,6 @@ def root_cause_error(diagnosis: Diagnosis) -> ElasticRootCauseError | ElasticRoo
     if not diagnosis.failures:
         return AgentHungError(diagnosis)
     kind = ElasticRootCauseRecoverableError if diagnosis.recoverable else ElasticRootCauseError
-    error = kind(diagnosis.report, diagnosis.failures, members=diagnosis.members, lost_peers=diagnosis.lost_peers)
+    error = kind(diagnosis.report, diagnosis.failures, members=diagnosis.members, lost_pods=diagnosis.lost_pods)
     error.diagnosis = diagnosis
     return error

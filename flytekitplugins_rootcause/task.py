@@ -18,7 +18,7 @@ It reuses kfpytorch's ``_execute`` unchanged and adds, around it, the engine's o
    raised in its place. torch itself reports only the first failure its poll happened to find;
 5. the pods keep track of each other (:mod:`rootcause_engine.agent.peer_watch`): when only
    victims failed here, the report names the peer pods that are gone (a lost node leaves no error
-   file of its own), and the error document carries the attempt's members and those lost peers;
+   file of its own), and the error document carries the attempt's members and those lost pods;
 6. with ``restart_policy="soft"``, torch's agent runs the soft-restart loop
    (:mod:`rootcause_engine.agent.soft_restart_agent`): a failure is diagnosed as above, and
    only the failed node's workers restart while the others pause; the final report lists every
@@ -153,7 +153,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
                 # IgnoreOutputs is kfpytorch's answer to torch's SignalException: a pod stopped by its
                 # kubelet would exit 0 with nothing written, and the job would be Succeeded with no
                 # error; SignalException itself: the pod was stopped before the launch started
-                diagnosis = launch.preempted()
+                diagnosis = launch.stopped()
                 if diagnosis is None:
                     raise  # a pod without rank 0 whose launch succeeded: rank 0's pod writes the outputs
                 raise self._raised(diagnosis, launch) from None
@@ -185,7 +185,7 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         agreed = job_report(diagnosis, launch.peers, worker=current_worker_name(),
                             timeout_s=self.task_config.agreement_timeout_s, retry_rule=launch.settings.retry_rule)
         own_candidate = bool(diagnosis.failures) and diagnosis.failures[0].role == Role.CANDIDATE
-        lost = {peer.worker for peer in diagnosis.lost_peers}
+        lost = {peer.worker for peer in diagnosis.lost_pods}
         elsewhere = None
         if own_candidate and agreed is not None and agreed.worker not in (None, current_worker_name(), *lost):
             # another pod's earlier failure, whose pod writes its own document (a victim's document

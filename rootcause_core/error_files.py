@@ -16,7 +16,7 @@ group; more groups only while none of those could be read.
 
 Format: ``<stem>.rc1<role><time>.pb``, where ``<stem>`` is ``error-<sanitized worker>-<uuid hex>``
 (``error-<uuid hex>`` for flytekit's own files), ``rc1`` names this format and its version, role is
-``c`` (candidate), ``l`` (lost peer: written by a survivor for a pod that wrote nothing) or ``v``
+``c`` (candidate), ``l`` (lost pod: written by a survivor for a pod that wrote nothing) or ``v``
 (victim), and time is the error's time in ns since the epoch (signed)
 or ``n`` when it has none. For example
 ``error-train-worker-1-3f2b...e9.rc1c1790000000123456789.pb``. Every name that does not end so
@@ -54,7 +54,7 @@ ERROR_FILE_STEM = "error"
 PROTO_SUFFIX = ".pb"
 
 FORMAT_TAG = "rc1"
-_ROLE_LETTERS = {Role.CANDIDATE: "c", Role.VICTIM: "v", Role.LOST_PEER: "l"}
+_ROLE_LETTERS = {Role.CANDIDATE: "c", Role.VICTIM: "v", Role.LOST_POD: "l"}
 _LETTER_ROLES = {letter: role for role, letter in _ROLE_LETTERS.items()}
 _NO_TIME = "n"
 _KEYED_NAME = re.compile(

@@ -20,17 +20,17 @@ SILENCE_LIMIT_S = 5.0
 MIN_BEATS_PER_LIMIT = 4
 
 
-def liveness_problem(heartbeat_interval_s: float, silence_limit_s: float | None) -> str | None:
+def liveness_problem(heartbeat_interval_s: float, lost_after_s: float | None) -> str | None:
     """Why this pair of settings cannot work, or ``None`` when it can."""
     if isinstance(heartbeat_interval_s, bool) or not heartbeat_interval_s > 0:
         return f"heartbeat_interval_s must be > 0 seconds, got {heartbeat_interval_s!r}"
-    if silence_limit_s is None:
+    if lost_after_s is None:
         return None
-    if isinstance(silence_limit_s, bool) or silence_limit_s < MIN_BEATS_PER_LIMIT * heartbeat_interval_s:
+    if isinstance(lost_after_s, bool) or lost_after_s < MIN_BEATS_PER_LIMIT * heartbeat_interval_s:
         return (
             f"lost_after_s must be at least {MIN_BEATS_PER_LIMIT} heartbeats "
             f"({MIN_BEATS_PER_LIMIT * heartbeat_interval_s:g} s with heartbeat_interval_s={heartbeat_interval_s:g}) "
-            f"or None (no liveness watch), got {silence_limit_s!r}"
+            f"or None (no liveness watch), got {lost_after_s!r}"
         )
     return None
 

@@ -10,8 +10,8 @@ always give the same answer.
 
 The rule (``docs/design.md``, strategy ``earliest`` made robust):
 
-1. root-cause candidates before lost peers before victims (a victim died *because* another worker
-   failed: it was torn down by the agent, or a collective failed because a peer left; a *lost peer*
+1. root-cause candidates before lost pods before victims (a victim died *because* another worker
+   failed: it was torn down by the agent, or a collective failed because a peer left; a *lost pod*
    is a pod that left no error of its own and that its peers testified about: a pod's own report of
    a failure outranks what others say about it);
 2. then by time, earliest first; a failure with no time sorts after every timed one (Flyte's Go
@@ -32,12 +32,13 @@ class Role(enum.StrEnum):
 
     CANDIDATE = "candidate"
     #: A pod that wrote nothing itself (lost node, preemption, eviction), named by its peers'
-    #: testimony (``rootcause_core.testimony``): a cause, but hearsay, so after any own report.
-    LOST_PEER = "lost-peer"
+    #: testimony (``rootcause_core.testimony``): a cause, but hearsay, so after any own report. Its
+    #: value keeps the older word: the reports and ``backend_reader``'s output print it.
+    LOST_POD = "lost-peer"
     VICTIM = "victim"
 
 
-_ROLE_RANK = {Role.CANDIDATE: 0, Role.LOST_PEER: 1, Role.VICTIM: 2}
+_ROLE_RANK = {Role.CANDIDATE: 0, Role.LOST_POD: 1, Role.VICTIM: 2}
 
 
 class TimeSource(enum.StrEnum):

@@ -5,8 +5,8 @@ SIGTERM to its main process, then SIGKILL after ``terminationGracePeriodSeconds`
 answer ends the process at once with a non-zero status, and the training operator marks the whole
 PyTorchJob Failed at that exit: Flyte then reads no error document at all. A pod stopped while it
 still starts (its imports, its input download, the task's load) must instead be recorded as
-preempted like one stopped in training, so the entrypoint installs :data:`POD_STOP` as the SIGTERM
-handler before anything else, and the launch, once it starts, ends at once as preempted
+stopped like one stopped in training, so the entrypoint installs :data:`POD_STOP` as the SIGTERM
+handler before anything else, and the launch, once it starts, ends at once as stopped
 (``rootcause_engine.agent.termination``).
 
 Torch-free on purpose: the flytekit entrypoint installs it before it knows whether the task is an

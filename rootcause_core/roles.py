@@ -75,13 +75,13 @@ def is_teardown_signal(name: str | None) -> bool:
 # ("Trace: ... Message: ... ElasticRootCauseError: USER:RuntimeError: error=[root cause] ..."),
 # so the first marker that starts a line or follows whitespace or "=" counts.
 _MARKER_RE = re.compile(r"(?:^|[\s=])\[(root cause|victim|lost pod|lost link)\] ", re.IGNORECASE)
-_MARKERS = {Role.VICTIM: "[victim]", Role.LOST_PEER: "[lost pod]", Role.CANDIDATE: "[root cause]"}
+_MARKERS = {Role.VICTIM: "[victim]", Role.LOST_POD: "[lost pod]", Role.CANDIDATE: "[root cause]"}
 #: The roles whose document can name the job's root cause (a victim's never does): what a pod that
 #: leaves the answer to another pod waits for, in either flavour.
-NAMING_ROLES = (Role.CANDIDATE, Role.LOST_PEER)
-_MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_PEER, "lost link": Role.LOST_PEER,
+NAMING_ROLES = (Role.CANDIDATE, Role.LOST_POD)
+_MARKED_ROLES = {"victim": Role.VICTIM, "lost pod": Role.LOST_POD, "lost link": Role.LOST_POD,
                  "root cause": Role.CANDIDATE}
-#: The marker of a document written for a lost link (both ends alive): a lost peer's role, named so.
+#: The marker of a document written for a lost link (both ends alive): a lost pod's role, named so.
 LOST_LINK_MARKER = "[lost link]"
 
 

@@ -24,7 +24,7 @@ Pods also testify about their peers (issue: a pod that vanishes leaves no error 
 - ``lost``: the peers this pod found gone when its own workers failed as victims,
   ``[group rank, worker, last seen alive ns (the peer's own heartbeat clock) or null]``;
 - ``reported_by``: set only on a document a survivor writes *for* a lost pod (whose ``worker`` is
-  the lost pod): who testified. Such a document is stamped :data:`LOST_PEER_STAMP_DELAY_NS` after
+  the lost pod): who testified. Such a document is stamped :data:`LOST_POD_STAMP_DELAY_NS` after
   the moment its peers lost their connections, so under the Go rule it comes after any real
   root-cause document (stamped at its failure) and before every victim's (stamped
   ``VICTIM_STAMP_DELAY_NS`` after theirs).
@@ -51,7 +51,7 @@ VICTIM_STAMP_DELAY_NS = 60 * 1_000_000_000
 
 #: How far after its peers lost it a document written *for* a lost pod is stamped (see the module
 #: docstring): between a real root cause (0) and a victim (:data:`VICTIM_STAMP_DELAY_NS`).
-LOST_PEER_STAMP_DELAY_NS = 30 * 1_000_000_000
+LOST_POD_STAMP_DELAY_NS = 30 * 1_000_000_000
 
 #: Longest testimony line accepted: a reader never parses an unbounded JSON text.
 MAX_TESTIMONY_CHARS = 4096
@@ -80,7 +80,7 @@ class Member:
 
 
 @dataclasses.dataclass(frozen=True)
-class LostPeer:
+class LostPod:
     """A peer pod found gone: neither did it report a failure nor did its heartbeat go on."""
 
     group_rank: int
@@ -108,7 +108,7 @@ class PodTestimony:
     stamp_delay_ns: int = 0
     members: tuple[Member, ...] = ()
     member_count: int | None = None
-    lost: tuple[LostPeer, ...] = ()
+    lost: tuple[LostPod, ...] = ()
     reported_by: str | None = None
 
     def stamped_ns(self) -> int | None:
@@ -143,7 +143,7 @@ def for_failure(
     *,
     victim: bool,
     members: tuple[Member, ...] = (),
-    lost: tuple[LostPeer, ...] = (),
+    lost: tuple[LostPod, ...] = (),
 ) -> PodTestimony:
     """The testimony a pod gives for its root-cause failure (its own, or a victim's)."""
     return PodTestimony(
@@ -154,8 +154,8 @@ def for_failure(
     )
 
 
-def for_lost_peer(
-    peer: LostPeer, *, noticed_ns: int, reported_by: str, members: tuple[Member, ...] = ()
+def for_lost_pod(
+    peer: LostPod, *, noticed_ns: int, reported_by: str, members: tuple[Member, ...] = ()
 ) -> PodTestimony:
     """The testimony on a document a survivor writes for a lost ``peer`` (see the module docstring).
 
@@ -165,15 +165,15 @@ def for_lost_peer(
     failed_at = peer.last_seen_ns if peer.last_seen_ns is not None else noticed_ns
     return PodTestimony(
         failed_at_ns=failed_at,
-        stamp_delay_ns=max(0, noticed_ns + LOST_PEER_STAMP_DELAY_NS - failed_at),
+        stamp_delay_ns=max(0, noticed_ns + LOST_POD_STAMP_DELAY_NS - failed_at),
         members=members,
         lost=(peer,),
         reported_by=reported_by,
     )
 
 
-def describe_lost_peer(peer: LostPeer, *, noticed_ns: int, reported_by: str | None = None) -> str:
-    """What is known of a lost peer, for a person: who, when its peers lost it, when it was last seen.
+def describe_lost_pod(peer: LostPod, *, noticed_ns: int, reported_by: str | None = None) -> str:
+    """What is known of a lost pod, for a person: who, when its peers lost it, when it was last seen.
 
     One paragraph, shared by the victim's report (which names the peers it found lost) and the
     document a survivor writes for the lost pod (``[lost pod]`` marker in front).
@@ -271,8 +271,8 @@ def member_from_entry(entry: object) -> Member | None:
     return None
 
 
-def lost_peer_from_entry(entry: object) -> LostPeer | None:
-    """The :class:`LostPeer` of one ``lost`` entry (``LostPeer.entry()``); ``None`` when it is not valid.
+def lost_pod_from_entry(entry: object) -> LostPod | None:
+    """The :class:`LostPod` of one ``lost`` entry (``LostPod.entry()``); ``None`` when it is not valid.
 
     The one parser of the entry: the reader's testimony, the agent's verdicts in the store
     (``peer_watch``) and the pods' words (``diagnosis/agreed.py``) use it.
@@ -285,7 +285,7 @@ def lost_peer_from_entry(entry: object) -> LostPeer | None:
         and (entry[2] is None or _is_ns(entry[2]))
         and (len(entry) == 3 or isinstance(entry[3], str))
     ):
-        return LostPeer(entry[0], entry[1], entry[2], entry[3] if len(entry) == 4 else None)
+        return LostPod(entry[0], entry[1], entry[2], entry[3] if len(entry) == 4 else None)
     return None
 
 
@@ -300,8 +300,8 @@ def _members(value: object) -> tuple[Member, ...]:
     return _valid_entries(value, member_from_entry)
 
 
-def _lost(value: object) -> tuple[LostPeer, ...]:
-    return _valid_entries(value, lost_peer_from_entry)
+def _lost(value: object) -> tuple[LostPod, ...]:
+    return _valid_entries(value, lost_pod_from_entry)
 
 
 def _is_ns(value: object) -> bool:

@@ -16,7 +16,7 @@ from rootcause_core.timestamps import to_seconds
 
 ROOT_CAUSE = "root-cause"
 #: How a failure that is not the root cause is labelled on the timeline.
-_ROLE_LABELS = {Role.CANDIDATE: "candidate", Role.LOST_PEER: "lost-pod", Role.VICTIM: "victim"}
+_ROLE_LABELS = {Role.CANDIDATE: "candidate", Role.LOST_POD: "lost-pod", Role.VICTIM: "victim"}
 
 
 @dataclasses.dataclass(frozen=True)

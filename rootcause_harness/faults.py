@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rootcause_core.worker_names import current_worker_name
-from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous, this_agent_hosts_rendezvous
+from rootcause_engine.agent.rendezvous_host import agent_hosts_store, this_agent_hosts_store
 
 FAULT_VARIABLE = "ROOTCAUSE_SIM_FAULT"
 #: How a ``RAISE`` fault's exception message starts (a training loop may catch exactly it).
@@ -228,7 +228,7 @@ def is_faulty_pod(selector: str, pod: str, *, in_agent: bool = False) -> bool:
     claim the fault gets it, so exactly one pod is faulty)."""
     if selector not in (STORE_HOST_POD, NOT_STORE_HOST_POD):
         return selector == pod
-    hosts = this_agent_hosts_rendezvous() if in_agent else agent_hosts_rendezvous()
+    hosts = this_agent_hosts_store() if in_agent else agent_hosts_store()
     if hosts is None or hosts != (selector == STORE_HOST_POD):
         return False
     try:

@@ -126,7 +126,7 @@ RULES = [
      ("rootcause_core", "backend_reader", "rootcause_engine", "flytekitplugins_rootcause", "flyteplugins.rootcause"),
      ("flyteplugins.rootcause.upstream", "rootcause_engine.upstream")),
     # the straggler check runs in the workers and its task type in the pod; it may use the engine
-    # (the rendezvous host, the store keepers), not the root-cause task, its entrypoint or its Deck
+    # (the store host, the store keepers), not the root-cause task, its entrypoint or its Deck
     ("flytekitplugins_rootcause.straggler",
      ("flytekitplugins_rootcause.entrypoint", "flytekitplugins_rootcause.task", "flytekitplugins_rootcause.report",
       "flytekitplugins_rootcause.exceptions"), ()),

@@ -13,7 +13,7 @@ because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execut
 - stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
   the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first), all from
   one plan per exception (:class:`~flytekitplugins_rootcause.entrypoint.error_documents.ErrorDocumentPlanner`),
-  which also gives the file's listing key and the documents for lost peers.
+  which also gives the file's listing key and the documents for lost pods.
 
 This is done by swapping, for the duration of one command, the module-level helpers flytekit's
 ``_dispatch_execute`` looks up (``_build_error_file_name``, ``_get_worker_name``,
@@ -28,7 +28,7 @@ The exit status follows from how Flyte reads a distributed job's errors: the tra
 a PyTorchJob Failed as soon as one pod exits non-zero, and Flyte then reads no error document at
 all; it reads them only from a job marked Succeeded. So once this pod's error document is written
 the command exits 0, as ``pyflyte-execute`` does, even if a best-effort file failed (``error.pb``
-beside the per-worker file, a lost peer's document). Every file that could not be written is
+beside the per-worker file, a lost pod's document). Every file that could not be written is
 printed as one line on stderr: the path, the reason, and how many tries took how long. Only a pod
 that could write no document at all exits with :data:`WRITE_FAILED_EXIT_CODE`, so it fails visibly
 instead of "succeeding" with nothing for Flyte to read.

@@ -18,7 +18,7 @@ Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's 
 
 All of it, for one exception, is one :class:`ErrorDocumentPlan`, made once from the exception:
 flytekit's hooks answer from it (:class:`ErrorDocumentPlanner`), the upload names the files and
-writes the lost peers' documents from it, and the agent watchdog's last-resort document is built
+writes the lost pods' documents from it, and the agent watchdog's last-resort document is built
 from it (:func:`last_resort_document`). Why: the exception already holds everything; the document's
 listing key is the reader's own rule applied to the very message and stamp the plan writes
 (``rootcause_core.error_files.listing_key_for_container``), so it agrees with what the reader will
@@ -48,12 +48,12 @@ from rootcause_core.ordering import Role
 from rootcause_core.roles import LOST_LINK_MARKER, role_from_marker, role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, bounded_text, exception_summary, safe_line
 from rootcause_core.testimony import (
-    LostPeer,
+    LostPod,
     Member,
     PodTestimony,
-    describe_lost_peer,
+    describe_lost_pod,
     for_failure,
-    for_lost_peer,
+    for_lost_pod,
     with_testimony,
 )
 from rootcause_core.timestamps import to_protobuf
@@ -117,7 +117,7 @@ class ErrorDocumentPlan:
     ``message`` and ``timestamp`` go into the document's ``ContainerError`` (flytekit adds code,
     kind, origin and worker); ``listing_key`` is what the reader will parse from that document,
     derived from those two fields when the plan is made, so it cannot disagree with them;
-    ``testimony`` is the pod's (root-cause errors only); ``lost_peer_documents`` are the documents
+    ``testimony`` is the pod's (root-cause errors only); ``lost_pod_documents`` are the documents
     written for the peers the pod found lost. The plan holds no serialized copy of the pod's own
     document: flytekit serializes it, and the upload writes those bytes under this plan's name.
     """
@@ -125,7 +125,7 @@ class ErrorDocumentPlan:
     message: str
     timestamp: Timestamp = dataclasses.field(hash=False)  # a protobuf message: compared, never hashed
     testimony: PodTestimony | None = None
-    lost_peer_documents: tuple[LostPeerDocument, ...] = ()
+    lost_pod_documents: tuple[LostPodDocument, ...] = ()
     #: the pod whose document should decide what the console shows, when the failing pods agreed it is
     #: another pod than this one (an earlier, independent failure there): this pod waits for it
     defers_to: str | None = None
@@ -136,7 +136,7 @@ class ErrorDocumentPlan:
 
 
 @dataclasses.dataclass(frozen=True)
-class LostPeerDocument:
+class LostPodDocument:
     """A document this pod writes for a peer it found lost: the peer's name (its file is named for
     it, as the peer would have named its own), the document's plan, and the serialized document."""
 
@@ -161,7 +161,7 @@ def testimony(error: RootCauseDetails) -> PodTestimony:
         error.timestamp_ns,
         victim=error.root_cause.role == Role.VICTIM,
         members=error.members,
-        lost=error.lost_peers,
+        lost=error.lost_pods,
     )
 
 
@@ -177,7 +177,7 @@ def plan_root_cause(
     one; its last line is the pod's testimony (:func:`_testified`). The stamp is the testimony's
     (the root cause's time, a victim's moved by its stamp delay), or ``fallback_timestamp()``
     (flytekit's own) when the error carries no time. ``worker`` is the document's ``worker``: the
-    documents written for lost peers name it as their reporter.
+    documents written for lost pods name it as their reporter.
     """
     said = testimony(error)
     report = error.report
@@ -189,7 +189,7 @@ def plan_root_cause(
         message=_testified(report, said),
         timestamp=fallback_timestamp() if stamped is None else to_protobuf(stamped),
         testimony=said,
-        lost_peer_documents=lost_peer_documents(error.lost_peers, error.members, noticed_ns=noticed, reporter=worker),
+        lost_pod_documents=lost_pod_documents(error.lost_pods, error.members, noticed_ns=noticed, reporter=worker),
         defers_to=_agreed_elsewhere(error, worker),
     )
 
@@ -204,7 +204,7 @@ def _agreed_elsewhere(error: RootCauseDetails, worker: str) -> str | None:
 
 def plan_flytekit_error(message: str, timestamp: Timestamp) -> ErrorDocumentPlan:
     """The plan for any other error: flytekit's own message (made safe and bounded, as every
-    message) and flytekit's own stamp; no testimony, no lost peers.
+    message) and flytekit's own stamp; no testimony, no lost pods.
 
     Its listing key follows from those two like any document's: the role from the message (a role
     marker if the text holds one, else the reader's text patterns for unmarked messages, so a
@@ -217,23 +217,23 @@ def plan_flytekit_error(message: str, timestamp: Timestamp) -> ErrorDocumentPlan
 LOST_POD_CODE = "SYSTEM:LostPod"
 
 
-def lost_peer_documents(
-    lost: Sequence[LostPeer], members: Sequence[Member], *, noticed_ns: int, reporter: str
-) -> tuple[LostPeerDocument, ...]:
-    """For each peer in ``lost`` (an exception's ``lost_peers``): a document for it.
+def lost_pod_documents(
+    lost: Sequence[LostPod], members: Sequence[Member], *, noticed_ns: int, reporter: str
+) -> tuple[LostPodDocument, ...]:
+    """For each peer in ``lost`` (an exception's ``lost_pods``): a document for it.
 
     A lost pod writes nothing, so its peers write for it (``rootcause_core.testimony``): the
     document's ``worker`` is the lost pod, its message says what is known (``[lost pod]`` marker
     first), its kind is recoverable and its origin the system (a lost node is nobody's code), and it
-    is stamped ``LOST_PEER_STAMP_DELAY_NS`` after ``noticed_ns``, the moment the peers lost it.
+    is stamped ``LOST_POD_STAMP_DELAY_NS`` after ``noticed_ns``, the moment the peers lost it.
     The message is made safe and bounded like any other: a peer's name comes from another pod's
     environment, and one lone surrogate in it would make protobuf refuse the document.
     """
     documents = []
     for peer in lost:
-        said = for_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter, members=tuple(members))
-        described = describe_lost_peer(peer, noticed_ns=noticed_ns, reported_by=reporter)
-        marker = role_marker(Role.LOST_PEER) if peer.link_with is None else LOST_LINK_MARKER
+        said = for_lost_pod(peer, noticed_ns=noticed_ns, reported_by=reporter, members=tuple(members))
+        described = describe_lost_pod(peer, noticed_ns=noticed_ns, reported_by=reporter)
+        marker = role_marker(Role.LOST_POD) if peer.link_with is None else LOST_LINK_MARKER
         plan = ErrorDocumentPlan(
             message=_testified(f"{marker} {described}", said),
             timestamp=to_protobuf(said.stamped_ns() or noticed_ns),
@@ -248,7 +248,7 @@ def lost_peer_documents(
             worker=display_worker_name(peer.named()),
         )
         data = errors_pb2.ErrorDocument(error=container).SerializeToString()
-        documents.append(LostPeerDocument(peer.worker, plan, data))
+        documents.append(LostPodDocument(peer.worker, plan, data))
     return tuple(documents)
 
 
@@ -342,7 +342,7 @@ def last_resort_document(exc: BaseException, worker: str) -> tuple[ErrorDocument
     with the stamps ``_dispatch_execute`` would give: user origin for a worker's failure, system
     origin for a hang without one (``AgentHungError``), the kind from recoverability. Its plan is
     made as the hooks make it, with the report (or the exception's summary) standing for flytekit's
-    message and now for flytekit's time, so the files are named and the lost peers' documents
+    message and now for flytekit's time, so the files are named and the lost pods' documents
     written exactly as on the normal path.
     """
     document_worker = safe_line(worker)

@@ -28,7 +28,7 @@ document is there either way.
 A failed file is collected with its path, reason, tries and time (:class:`WriteFailure`); every file
 gets its turn (one whose turn comes after the deadline is reported as not tried). Once one document
 is in place for Flyte to read (the pod's per-worker file, normally; ``error.pb`` for a policy that
-writes only that file, created or already there from another pod; failing those, a lost peer's
+writes only that file, created or already there from another pod; failing those, a lost pod's
 document or ``error.pb``) the pod has done what a failing pod owes, and the files that failed come
 back in ``WriteOutcome.failures`` for the log: the entrypoint then exits 0, because Flyte reads error
 documents only of a job the training operator marked Succeeded, and one pod exiting non-zero marks
@@ -277,9 +277,9 @@ def write_error_documents(
     written as given, never parsed here.
 
     The per-worker file is written first: it is the one that cannot collide, so the most useful
-    copy is in place before the contended ``error.pb``. With per-worker files, the lost peers'
+    copy is in place before the contended ``error.pb``. With per-worker files, the lost pods'
     documents follow, each named for its peer. ``error.pb`` (for backends that read only that file)
-    gets the document of the first lost peer when there is one: this pod's own document then names
+    gets the document of the first lost pod when there is one: this pod's own document then names
     only a victim.
 
     All the writes share one deadline of ``deadline_s`` (``store_retry.DEADLINE_S`` when ``None``):
@@ -288,10 +288,10 @@ def write_error_documents(
     failures: list[WriteFailure] = []
     per_worker_path = shared_path = None
     shared_created: bool | None = None
-    documented = False  # some file Flyte reads is in place: this pod's, a lost peer's, or error.pb
+    documented = False  # some file Flyte reads is in place: this pod's, a lost pod's, or error.pb
     deadline = Deadline(deadline_s)
     store = store_for(output_prefix, filesystems)
-    written_for_lost = plan.lost_peer_documents if plan is not None else ()
+    written_for_lost = plan.lost_pod_documents if plan is not None else ()
     if policy.per_worker_files:
         key = plan.listing_key if plan is not None else None
         per_worker_path = join(output_prefix, per_worker_file_name(worker, uuid.uuid4().hex, key))

@@ -9,7 +9,7 @@ its victim's document is the only one Flyte finds, and the console names the wro
 So, after writing its own documents, a pod whose document is a victim's polls the output prefix
 until some document there can name the root cause (a candidate's, or one written for a lost pod,
 by its listing key; a file without a key may say anything and counts too), or ``bound_s`` passed.
-A pod that wrote a lost peer's document has one of those itself and does not wait.
+A pod that wrote a lost pod's document has one of those itself and does not wait.
 """
 
 from __future__ import annotations
@@ -84,12 +84,12 @@ def root_cause_wait_s(config: ElasticRootCause | None) -> float | None:
 
 
 def only_a_victim_named(plan: ErrorDocumentPlan | None) -> bool:
-    """This pod's document is a victim's and it wrote none for a lost peer (which would name one)."""
+    """This pod's document is a victim's and it wrote none for a lost pod (which would name one)."""
     return (
         plan is not None
         and plan.listing_key is not None
         and plan.listing_key.role == Role.VICTIM
-        and not plan.lost_peer_documents
+        and not plan.lost_pod_documents
     )
 
 

@@ -96,7 +96,7 @@ RETRY_RULE = RetryRule.UNLESS_REFUSED
 if in_pod_main_process():
     # Noted from the first line where ``rootcause-a0`` runs the pod (:mod:`.runtime`, the task's own
     # container args); where plain ``a0`` does, from here on: ``a0`` loads the task before it
-    # downloads the inputs, and the launch then ends as preempted as it starts
+    # downloads the inputs, and the launch then ends as stopped as it starts
     # (:mod:`rootcause_engine.agent.termination`), where Python's default would end the pod non-zero
     # and fail the job with nothing to read.
     POD_STOP.install()
@@ -172,7 +172,7 @@ class RootCauseTorchFunctionTask(TorchFunctionTask):
                 except SignalException:
                     # the kubelet stopped this pod (torch's agent turned its SIGTERM into this): the
                     # stop is the job's recoverable root cause, written before the pod exits
-                    diagnosis = launch.preempted()
+                    diagnosis = launch.stopped()
                     if diagnosis is None:
                         raise
                     raise await self._raised(launch, diagnosis, straggler_file, tctx.output_path) from None
@@ -283,7 +283,7 @@ def _upload_last_resort(error: BaseException, output_path: str) -> None:
 def _write_error_document(error: BaseException, output_path: str, deadline: Deadline) -> bool:
     """``error``'s ``error.pb``, as the runtime writes it, retried while the store answers "not now" and
     within ``deadline`` (the pod's document must be there at the training operator's decision, and a
-    preempted pod has 30 s): ``True`` once written, and the runtime's own write is skipped; ``False``
+    stopped pod has 30 s): ``True`` once written, and the runtime's own write is skipped; ``False``
     (logged) when every try failed, and the runtime tries once more after the task raised."""
     try:
         call_with_retries(functools.partial(upload_error_document, error, output_path), deadline)

@@ -86,14 +86,14 @@ def reach_agreement(
     """The report every failing pod of the job writes (see the module docstring).
 
     The pods not waited for: the peers the watch declared lost, the ones this pod's diagnosis found
-    lost (``word.lost_peers``) and ``silent`` (group ranks). ``retry_rule``: the front-end's, for
+    lost (``word.lost_pods``) and ``silent`` (group ranks). ``retry_rule``: the front-end's, for
     whether the agreed root cause allows a retry. Never raises for the store's sake.
     """
     own = agreed_report([word], retry_rule=retry_rule)
     access = peers.round_store()
     if access is None or access.world_size < 2:
         return own
-    known_silent = {peer.group_rank for peer in word.lost_peers} | set(silent)
+    known_silent = {peer.group_rank for peer in word.lost_pods} | set(silent)
 
     def lost() -> set[int]:  # looked at again while waiting: a verdict reached meanwhile counts too
         return known_silent | {peer.group_rank for peer in peers.lost_pods.declared()}

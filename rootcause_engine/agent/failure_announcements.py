@@ -99,13 +99,13 @@ class CurrentRoundFailures:
     """The failure path's word, in whichever round is current when it is called (``PeerWatch.failures``).
 
     ``current``: the current round's announcements, ``None`` before the first round (every call then
-    answers nothing); ``lost_after_s`` and ``interval_s``: the watch's, which bound the store host's
+    answers nothing); ``failure_look_s`` and ``interval_s``: the watch's, which bound the store host's
     wait for its peers' "done" and pace the reads of the ledger."""
 
-    def __init__(self, current: Callable[[], FailureAnnouncements | None], *, lost_after_s: float,
+    def __init__(self, current: Callable[[], FailureAnnouncements | None], *, failure_look_s: float,
                  interval_s: float) -> None:
         self._current = current
-        self._lost_after_s = lost_after_s
+        self._failure_look_s = failure_look_s
         self._interval_s = interval_s
 
     def announce(self, stalled: CollectivePosition | None = None) -> None:
@@ -135,4 +135,4 @@ class CurrentRoundFailures:
         gone (one this pod found lost is not waited for)."""
         announcements = self._current()
         if announcements is not None:
-            announcements.leave(wait_s=self._lost_after_s + 2 * self._interval_s, poll_s=self._interval_s / 5)
+            announcements.leave(wait_s=self._failure_look_s + 2 * self._interval_s, poll_s=self._interval_s / 5)

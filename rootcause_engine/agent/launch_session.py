@@ -8,7 +8,7 @@ order in which the observers are entered (it matters: see each step) exists once
 1. :class:`LaunchSession` (outer block): the stores torch would serve from a forking agent run in
    keepers (:mod:`.store_keeper`, before any thread starts), the death watcher, the soft-restart
    channel, the launch observer, the hang watch (its verdict ends this pod's workers), the peer
-   watch with its lost-peer handler, the agent watchdog;
+   watch with its lost-pod handler, the agent watchdog;
 2. :meth:`LaunchSession.running` (inner block, around the launch call itself): the agent's
    environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
    preformatted exceptions, the launch observer's patches, the launch's watch thread (the
@@ -37,7 +37,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from rootcause_core.pod_stop import POD_STOP, PodStopNotice
 from rootcause_core.safe_text import exception_summary
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent import termination
 from rootcause_engine.agent.death_watcher import DeathWatcher
@@ -45,8 +45,8 @@ from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, RestartRow, Trigger, diagnose
 from rootcause_engine.agent.diagnosis.pod_failures import (
-    preemption_failure,
     rendezvous_failure,
+    stop_failure,
 )
 from rootcause_engine.agent.diagnosis.selection import RetryRule
 from rootcause_engine.agent.hang_watch import HangSettings, HangWatch, hang_settings, hang_watch_running
@@ -54,7 +54,7 @@ from rootcause_engine.agent.isolation_gate import ContactBoard
 from rootcause_engine.agent.launch_observer import LaunchObserver, observing_launch
 from rootcause_engine.agent.launch_record import record_launch
 from rootcause_engine.agent.peer_watch import PeerWatch
-from rootcause_engine.agent.rendezvous_host import this_agent_hosts_rendezvous
+from rootcause_engine.agent.rendezvous_host import this_agent_hosts_store
 from rootcause_engine.agent.soft_restart_agent import (
     SoftRestartLoop,
     SoftRestartSession,
@@ -79,7 +79,7 @@ RENDEZVOUS_ENDPOINT_VARIABLE = "PET_RDZV_ENDPOINT"
 #: SIGTERM to SIGKILL for workers ended because a peer pod is lost: they wait in a collective for a
 #: pod that will never answer, so a SIGTERM handler of theirs (forked workers inherit the agent's)
 #: cannot run, and the configured grace would only delay the report.
-LOST_PEER_TEARDOWN_GRACE_S = 1.0
+LOST_POD_TEARDOWN_GRACE_S = 1.0
 
 #: After a lost store host's verdict, how long torch's agent gets (beyond the teardown grace) to
 #: report its failed workers before the watchdog reports for it: torch's monitor loop asks the
@@ -173,8 +173,8 @@ class LaunchSession:
         self.error_of = error_of
         self.peers = PeerWatch(
             current_worker_name(),
-            hosts_store=this_agent_hosts_rendezvous,
-            silence_limit_s=settings.lost_after_s,
+            hosts_store=this_agent_hosts_store,
+            lost_after_s=settings.lost_after_s,
             interval_s=settings.heartbeat_interval_s,
             board=board,
         )
@@ -224,7 +224,7 @@ class LaunchSession:
                 )
             if soft is None:  # under soft restarts a peer's failure reaches this pod as a world change
                 self.peers.when_a_peer_fails(lambda: end_running_attempt(observer))
-            self.peers.when_a_peer_is_lost(LostPeerHandler(observer, self.peers, soft, self.watchdog))
+            self.peers.when_a_peer_is_lost(LostPodHandler(observer, self.peers, soft, self.watchdog))
         except BaseException:
             self._hand_stores_over()  # the front-end runs upstream's launch next
             self._stack.__exit__(None, None, None)
@@ -294,13 +294,13 @@ class LaunchSession:
         return self._diagnose(self._failure_trigger(), None, f"torch's agent failed: {exception_summary(error)}")
 
     def _failure_trigger(self) -> Trigger:
-        """How this pod's workers came to fail: ended for lost peers, named hung, or failed."""
-        trigger = Trigger.PEER_LOST if self._ended_for_lost_peers() else Trigger.WORKER_FAILED
+        """How this pod's workers came to fail: ended for lost pods, named hung, or failed."""
+        trigger = Trigger.POD_LOST if self._ended_for_lost_pods() else Trigger.WORKER_FAILED
         if trigger is Trigger.WORKER_FAILED and self._hung():
             trigger = Trigger.HUNG_RANK
         return trigger
 
-    def _ended_for_lost_peers(self) -> bool:
+    def _ended_for_lost_pods(self) -> bool:
         """This pod's workers were ended because peers were declared lost: always under hard restarts;
         under soft ones only for the store's host (any other lost pod the world went on without)."""
         lost = self.peers.lost_pods.declared()
@@ -324,7 +324,7 @@ class LaunchSession:
         assert lost is not None  # a pod failure is a failure
         return lost
 
-    def preempted(self) -> Diagnosis | None:
+    def stopped(self) -> Diagnosis | None:
         """The diagnosis after the kubelet's SIGTERM ended the launch (torch's ``SignalException``):
         this pod's stop is the root cause, recoverable, at the moment the signal came; its workers,
         ended by torch's agent, are victims. ``None`` when no SIGTERM was received (another signal)."""
@@ -335,8 +335,8 @@ class LaunchSession:
         attempt = observer.ledger.last_attempt()
         ranks = [w.global_rank for w in observer.ledger.workers_of(attempt)] if attempt is not None else []
         first_rank = min((rank for rank in ranks if rank is not None), default=None)
-        stop = preemption_failure(received, first_rank=first_rank, signals=self.termination.count)
-        return self._diagnose(Trigger.PREEMPTED, None, pod_failures=(stop,))
+        stop = stop_failure(received, first_rank=first_rank, signals=self.termination.count)
+        return self._diagnose(Trigger.STOPPED, None, pod_failures=(stop,))
 
     def _diagnose(
         self,
@@ -443,7 +443,7 @@ def end_running_attempt(observer: LaunchObserver, *, probe: bool = True, grace_s
 
 
 @dataclasses.dataclass
-class LostPeerHandler:
+class LostPodHandler:
     """What this pod does when the peer watch declares peers lost while the job was healthy.
 
     Under soft restarts, while the store's host is not among them, the soft loop takes them out of
@@ -457,7 +457,7 @@ class LostPeerHandler:
     watchdog: AgentWatchdog | None
     ended: bool = False
 
-    def __call__(self, lost: tuple[LostPeer, ...]) -> None:
+    def __call__(self, lost: tuple[LostPod, ...]) -> None:
         hosts = store_host_ranks(self.peers)
         # a lost link is no lost pod: both ends live, and two worlds going on alone would split the job
         if self.soft is not None and not any(peer.group_rank in hosts or peer.link_with for peer in lost):
@@ -474,17 +474,17 @@ def store_host_ranks(peers: PeerWatch) -> set[int]:
 
 
 def a_peer_is_lost(
-    observer: LaunchObserver, lost: tuple[LostPeer, ...], hosts: set[int], watchdog: AgentWatchdog | None
+    observer: LaunchObserver, lost: tuple[LostPod, ...], hosts: set[int], watchdog: AgentWatchdog | None
 ) -> None:
     """Peers sent no heartbeat while the job was healthy: end this pod's workers (they fail as victims,
     and the report names the lost pods); if the store's host is among them, torch's agent may never
     return, so the watchdog reports for it after the teardown."""
     names = ", ".join(f"{peer.worker} (group rank {peer.group_rank})" for peer in lost)
     logger.error("peer pods lost while the job was healthy: %s; ending this pod's workers", names)
-    end_running_attempt(observer, probe=False, grace_s=LOST_PEER_TEARDOWN_GRACE_S)
+    end_running_attempt(observer, probe=False, grace_s=LOST_POD_TEARDOWN_GRACE_S)
     if watchdog is not None and any(peer.group_rank in hosts for peer in lost):
         why = (
             f"The pod that hosts the rendezvous store, {names}, sent no heartbeat and its store stopped "
             "answering: torch's agent waits on that store for ever, so the agent watchdog reported for it."
         )
-        watchdog.expedite(why, within_s=LOST_PEER_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S)
+        watchdog.expedite(why, within_s=LOST_POD_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.failure_announcements import FailureAnnouncements
 from rootcause_engine.agent.lost_verdict import LostVerdicts
 from rootcause_engine.agent.peer_link import PeerLink, answers, link_hub
@@ -39,20 +39,20 @@ _BEATS_PROVING_LIFE = 2
 class LivenessBeat:
     """The heartbeat thread of one round (see the module docstring).
 
-    ``silence_limit_s``: how long a healthy job's peer may be silent before it is declared lost
+    ``lost_after_s``: how long a healthy job's peer may be silent before it is declared lost
     (``None``: no watch while healthy, the heartbeat alone); ``links``: also hold a connection to
     the watched peer; ``failed_pods_live_on`` and ``peer_failed`` are asked at each beat (the agent
     may set them after the round began); ``guard``: the watch's iterations, across rounds."""
 
     def __init__(self, peer_round: PeerRound, verdicts: LostVerdicts, announcements: FailureAnnouncements, *,
-                 interval_s: float, silence_limit_s: float | None, links: bool,
+                 interval_s: float, lost_after_s: float | None, links: bool,
                  failed_pods_live_on: Callable[[], bool], peer_failed: Callable[[], Callable[[], None] | None],
                  guard: LoopGuard) -> None:
         self._round = peer_round
         self._verdicts = verdicts
         self._announcements = announcements
         self._interval_s = interval_s
-        self._silence_limit_s = silence_limit_s
+        self._lost_after_s = lost_after_s
         self._links = links
         self._failed_pods_live_on = failed_pods_live_on
         self._peer_failed = peer_failed
@@ -112,7 +112,7 @@ class LivenessBeat:
         answered = peer_round.beat() and peer_round.refresh()
         if not members.complete:
             members.learn()
-        if self._silence_limit_s is not None:
+        if self._lost_after_s is not None:
             self._watch_liveness(store_answered=answered)
         self._announcements.tell_if_a_peer_failed(self._peer_failed())
         # until the store host is known, look again soon: a pod that hosts the store and is lost
@@ -124,7 +124,7 @@ class LivenessBeat:
 
     def _watch_liveness(self, *, store_answered: bool) -> None:
         """One look: the store itself, this pod's successor, and the verdicts other pods reached."""
-        limit = self._silence_limit_s
+        limit = self._lost_after_s
         assert limit is not None
         now = time.monotonic()
         if not store_answered:
@@ -182,7 +182,7 @@ class LivenessBeat:
             return
         if link_closed and self._answers(rank):
             return  # its agent's process lives: the silence limit judges it, from its last beat
-        verdict = LostPeer(rank, self._round.members.member(rank).worker, self._watched_beat)
+        verdict = LostPod(rank, self._round.members.member(rank).worker, self._watched_beat)
         found = self._verdicts.accuse({rank: verdict}, publish=True)
         if found is None:
             return  # the gate awaits a third party: looked at again at the next beat

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from rootcause_core.liveness import ISOLATION_WITNESSES
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.isolation_gate import IsolationGate, Suspect
 from rootcause_engine.agent.peer_link import LinkEndpoint
@@ -35,13 +35,13 @@ class LostVerdicts:
     guards the verdicts against the readers on other threads."""
 
     def __init__(self, peer_round: PeerRound, gate: IsolationGate, *, witnesses: bool,
-                 told: Callable[[tuple[LostPeer, ...]], None], lock: threading.Lock) -> None:
+                 told: Callable[[tuple[LostPod, ...]], None], lock: threading.Lock) -> None:
         self._round = peer_round
         self._gate = gate
         self._use_witnesses = witnesses
         self._told = told
         self._lock = lock
-        self._verdicts: dict[int, LostPeer] = {}  # peers declared lost while the job was healthy
+        self._verdicts: dict[int, LostPod] = {}  # peers declared lost while the job was healthy
         self._lost: set[int] = set()  # group ranks found lost (never waited for again)
         self._seen = 0  # how much of the ledger's history verdicts were taken from
         #: the gate's witnesses: the link endpoints of the few peers after this pod, taken from
@@ -56,7 +56,7 @@ class LostVerdicts:
         """The group ranks found lost on any road (never waited for again)."""
         return frozenset(self._lost)
 
-    def declared(self) -> tuple[LostPeer, ...]:
+    def declared(self) -> tuple[LostPod, ...]:
         """The peers declared lost while the job was healthy, in rank order."""
         with self._lock:
             return _in_rank_order(self._verdicts)
@@ -80,7 +80,7 @@ class LostVerdicts:
             if link is not None:
                 self._witnesses[rank] = link
 
-    def accuse(self, accused: dict[int, LostPeer], *, publish: bool, block: bool = False) -> dict[int, LostPeer] | None:
+    def accuse(self, accused: dict[int, LostPod], *, publish: bool, block: bool = False) -> dict[int, LostPod] | None:
         """The accused the isolation gate lets this pod name, those of whom only the link with this
         pod was lost marked so (``link_with``); nothing when this pod is the one cut off; ``None``
         while the gate awaits a third party's word (unless ``block``). With ``publish``, the
@@ -113,7 +113,7 @@ class LostVerdicts:
                          "live and reach as much; both are named", accused[rank].worker, rank)
         return found
 
-    def record(self, found: dict[int, LostPeer]) -> None:
+    def record(self, found: dict[int, LostPod]) -> None:
         """Keep the verdicts ``found`` and tell the callback every verdict so far."""
         if not found:
             return
@@ -139,7 +139,7 @@ class LostVerdicts:
         peer_round = self._round
         members = peer_round.members
         accused = {
-            member.group_rank: LostPeer(member.group_rank, member.worker, peer_round.store_answered_ns)
+            member.group_rank: LostPod(member.group_rank, member.worker, peer_round.store_answered_ns)
             for member in members.known()
             if member.hosts_store and member.group_rank != peer_round.rank and member.group_rank not in self._verdicts
         }
@@ -154,9 +154,9 @@ class LostVerdicts:
         self.record(found)
         return False
 
-    def search(self, *, lost_after_s: float, interval_s: float) -> tuple[LostPeer, ...]:
+    def search(self, *, failure_look_s: float, interval_s: float) -> tuple[LostPod, ...]:
         """The failure path's question: the peers that are gone, with no heartbeat and no failure
-        announced within ``lost_after_s`` (the verdicts of the healthy job, if any, stand)."""
+        announced within ``failure_look_s`` (the verdicts of the healthy job, if any, stand)."""
         peer_round = self._round
         if self._verdicts:  # reached while the job was healthy: nothing left to watch for
             self._lost |= set(self._verdicts)
@@ -170,8 +170,8 @@ class LostVerdicts:
                 store_gone = True
                 break
             baseline[rank] = beat
-        deadline = time.monotonic() + lost_after_s
-        judged: dict[int, LostPeer] = {}  # verdicts other pods reached meanwhile (a link that closed)
+        deadline = time.monotonic() + failure_look_s
+        judged: dict[int, LostPod] = {}  # verdicts other pods reached meanwhile (a link that closed)
         seen = 0  # this search's own place in the ledger's verdicts
         while pending and not store_gone:
             if not peer_round.refresh():
@@ -199,7 +199,7 @@ class LostVerdicts:
         # the store's host is named on this pod's own word; its clock: while its store answered
         last_seen = {rank: peer_round.store_answered_ns if store_gone else baseline.get(rank) for rank in pending}
         found = self.accuse({
-            rank: LostPeer(rank, members.member(rank).worker, last_seen[rank]) for rank in pending
+            rank: LostPod(rank, members.member(rank).worker, last_seen[rank]) for rank in pending
         }, publish=False, block=True) or {}
         self._lost |= set(found) | set(judged)
         found.update(
@@ -220,26 +220,26 @@ class CurrentRoundLostPods:
     """The lost pods of whichever round is current when asked (``PeerWatch.lost_pods``).
 
     ``current``: the current round's verdicts, ``None`` before the first round (every question then
-    answers none); ``lost_after_s`` and ``interval_s``: the watch's, which pace the failure path's search."""
+    answers none); ``failure_look_s`` and ``interval_s``: the watch's, which pace the failure path's search."""
 
-    def __init__(self, current: Callable[[], LostVerdicts | None], *, lost_after_s: float, interval_s: float) -> None:
+    def __init__(self, current: Callable[[], LostVerdicts | None], *, failure_look_s: float, interval_s: float) -> None:
         self._current = current
-        self._lost_after_s = lost_after_s
+        self._failure_look_s = failure_look_s
         self._interval_s = interval_s
 
-    def declared(self) -> tuple[LostPeer, ...]:
+    def declared(self) -> tuple[LostPod, ...]:
         """The peers declared lost in the current round while the job was healthy (no failure yet)."""
         verdicts = self._current()
         return () if verdicts is None else verdicts.declared()
 
-    def search(self) -> tuple[LostPeer, ...]:
+    def search(self) -> tuple[LostPod, ...]:
         """The failure path's question: the peers that are gone, with no heartbeat and no failure
-        announced within ``lost_after_s`` (:meth:`LostVerdicts.search`)."""
+        announced within ``failure_look_s`` (:meth:`LostVerdicts.search`)."""
         verdicts = self._current()
         if verdicts is None:
             return ()
-        return verdicts.search(lost_after_s=self._lost_after_s, interval_s=self._interval_s)
+        return verdicts.search(failure_look_s=self._failure_look_s, interval_s=self._interval_s)
 
 
-def _in_rank_order(verdicts: dict[int, LostPeer]) -> tuple[LostPeer, ...]:
+def _in_rank_order(verdicts: dict[int, LostPod]) -> tuple[LostPod, ...]:
     return tuple(verdicts[rank] for rank in sorted(verdicts))

@@ -25,7 +25,7 @@ from typing import Any
 from torch.distributed import PrefixStore, TCPStore
 
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.bounded_store import BoundedStore
 from rootcause_engine.agent.failure_announcements import CurrentRoundFailures, FailureAnnouncements
 from rootcause_engine.agent.isolation_gate import ContactBoard, IsolationGate, api_endpoint
@@ -37,12 +37,12 @@ from rootcause_engine.agent.round_store import RoundStore
 from rootcause_engine.thread_guard import LoopGuard, run_soon
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 
-__all__ = ["LINK_CONFIRM_BEATS", "LOST_AFTER_S", "MEMBERS_POLL_S", "PeerWatch", "RoundStore", "store_address"]
+__all__ = ["FAILURE_LOOK_S", "LINK_CONFIRM_BEATS", "MEMBERS_POLL_S", "PeerWatch", "RoundStore", "store_address"]
 
 #: How long a peer may go without a heartbeat (and without announcing a failure) after this pod's
 #: workers failed before it counts as lost: several heartbeats, so a busy host's late beat is not
 #: taken for a lost pod.
-LOST_AFTER_S = 2.0
+FAILURE_LOOK_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,27 +75,27 @@ class PeerWatch:
         *,
         hosts_store: Callable[[], bool] = lambda: False,
         interval_s: float = HEARTBEAT_INTERVAL_S,
-        lost_after_s: float = LOST_AFTER_S,
-        silence_limit_s: float | None = SILENCE_LIMIT_S,
+        failure_look_s: float = FAILURE_LOOK_S,
+        lost_after_s: float | None = SILENCE_LIMIT_S,
         store_timeout_s: float | None = None,
         links: bool = True,
         board: ContactBoard | None = None,
     ) -> None:
-        """``lost_after_s``: how long the failure path watches for a peer's heartbeat (a suspicion is
-        already there); ``silence_limit_s``: how long a healthy job's peer may be silent before it is
+        """``failure_look_s``: how long the failure path watches for a peer's heartbeat (a suspicion is
+        already there); ``lost_after_s``: how long a healthy job's peer may be silent before it is
         declared lost (``None``: no liveness watch while healthy); ``store_timeout_s``: the deadline
-        of each store operation (default: ``silence_limit_s``, else 30 s); ``links``: also hold a
+        of each store operation (default: ``lost_after_s``, else 30 s); ``links``: also hold a
         connection to the watched peer (:mod:`.peer_link`), so that a peer whose processes ended is
-        found at once rather than after ``silence_limit_s``; ``board``: the object store, the third
+        found at once rather than after ``lost_after_s``; ``board``: the object store, the third
         party of an even split (:mod:`.isolation_gate`)."""
         self.worker = worker
         self.board = board
         self._hosts_store = hosts_store
         self.interval_s = interval_s
+        self.failure_look_s = failure_look_s
         self.lost_after_s = lost_after_s
-        self.silence_limit_s = silence_limit_s
-        self.store_timeout_s = store_timeout_s if store_timeout_s is not None else (silence_limit_s or 30.0)
-        self.links = links and silence_limit_s is not None
+        self.store_timeout_s = store_timeout_s if store_timeout_s is not None else (lost_after_s or 30.0)
+        self.links = links and lost_after_s is not None
         #: a failed pod's agent lives on (soft restarts): its process ending is a verdict
         #: (:meth:`FailureAnnouncements.silence_expected`)
         self.failed_pods_live_on = False
@@ -103,22 +103,23 @@ class PeerWatch:
         self._store_lock = threading.Lock()  # no store operation in flight while workers fork
         self._round: _WatchedRound | None = None
         self._on_peer_failure: Callable[[], None] | None = None
-        self._on_peer_lost: Callable[[tuple[LostPeer, ...]], None] | None = None
+        self._on_peer_lost: Callable[[tuple[LostPod, ...]], None] | None = None
         #: the heartbeat's iterations (an unexpected error costs one beat's look, never the
         #: heartbeat), and the death of its thread if it died anyway: both for the report
         self._beats = LoopGuard("peer watch")
         self._death: str | None = None
         #: the failure path's word to the peers: its failure, the stalls they announced, its "done"
-        self.failures = CurrentRoundFailures(self._current_announcements, lost_after_s=lost_after_s,
+        self.failures = CurrentRoundFailures(self._current_announcements, failure_look_s=failure_look_s,
                                              interval_s=interval_s)
         #: the peers declared lost while the job was healthy, and the failure path's search for them
-        self.lost_pods = CurrentRoundLostPods(self._current_verdicts, lost_after_s=lost_after_s, interval_s=interval_s)
+        self.lost_pods = CurrentRoundLostPods(self._current_verdicts, failure_look_s=failure_look_s,
+                                              interval_s=interval_s)
 
     def when_a_peer_fails(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on a callback thread, once per round) when another pod announces a failure."""
         self._on_peer_failure = callback
 
-    def when_a_peer_is_lost(self, callback: Callable[[tuple[LostPeer, ...]], None]) -> None:
+    def when_a_peer_is_lost(self, callback: Callable[[tuple[LostPod, ...]], None]) -> None:
         """Call ``callback`` (on a callback thread, each time new ones are declared) with every peer
         declared lost so far while the job was healthy (a frozen or partitioned node, or the store's
         host when the store froze)."""
@@ -132,13 +133,13 @@ class PeerWatch:
         first = min(joined.global_ranks, default=0)
         own = Member(joined.group_rank, self.worker, first, len(joined.global_ranks), self._safe_hosts_store())
         gate = IsolationGate(self.worker, contact=secrets.token_hex(8), board=self.board,
-                             wait_s=self.silence_limit_s or self.lost_after_s, api=api_endpoint())
+                             wait_s=self.lost_after_s or self.failure_look_s, api=api_endpoint())
         peer_round = PeerRound(own, joined.group_world_size, BoundedStore(joined.store, self.store_timeout_s),
                                store_lock=self._store_lock, members_lock=self._lock)
         verdicts = LostVerdicts(peer_round, gate, witnesses=self.links, told=self._tell_lost, lock=self._lock)
         announcements = FailureAnnouncements(peer_round, found_lost=lambda: verdicts.lost)
         beat = LivenessBeat(peer_round, verdicts, announcements, interval_s=self.interval_s,
-                            silence_limit_s=self.silence_limit_s, links=self.links,
+                            lost_after_s=self.lost_after_s, links=self.links,
                             failed_pods_live_on=lambda: self.failed_pods_live_on,
                             peer_failed=lambda: self._on_peer_failure, guard=self._beats)
         current = _WatchedRound(peer_round, verdicts, announcements, beat)
@@ -239,7 +240,7 @@ class PeerWatch:
         current = self._current()
         return None if current is None else current.verdicts
 
-    def _tell_lost(self, lost: tuple[LostPeer, ...]) -> None:
+    def _tell_lost(self, lost: tuple[LostPod, ...]) -> None:
         callback = self._on_peer_lost
         if callback is not None:
             run_soon(lambda: callback(lost), name="rootcause-peer-lost")

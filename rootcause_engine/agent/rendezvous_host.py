@@ -62,7 +62,7 @@ def process_listens_on(pid: int, port: int, proc: Path = Path("/proc")) -> bool:
     return False
 
 
-def hosts_rendezvous(agent_pid: int) -> bool | None:
+def process_hosts_store(agent_pid: int) -> bool | None:
     """True/False for the agent process ``agent_pid``; None when ``PET_RDZV_ENDPOINT`` is not set."""
     port = endpoint_port(os.environ.get("PET_RDZV_ENDPOINT"))
     if port is None:
@@ -70,11 +70,11 @@ def hosts_rendezvous(agent_pid: int) -> bool | None:
     return process_listens_on(agent_pid, port)
 
 
-def agent_hosts_rendezvous() -> bool | None:
+def agent_hosts_store() -> bool | None:
     """For a worker: does its agent (its parent) host the store? None without ``PET_RDZV_ENDPOINT``."""
-    return hosts_rendezvous(os.getppid())
+    return process_hosts_store(os.getppid())
 
 
-def this_agent_hosts_rendezvous() -> bool:
+def this_agent_hosts_store() -> bool:
     """For the agent itself: does this process host the store?"""
-    return bool(hosts_rendezvous(os.getpid()))
+    return bool(process_hosts_store(os.getpid()))

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_core.testimony import LostPeer, Member, member_from_entry
+from rootcause_core.testimony import LostPod, Member, member_from_entry
 from rootcause_engine.agent.event_log import Event, EventLog
 from rootcause_engine.agent.peer_link import LinkEndpoint
 from rootcause_engine.agent.store_values import MAX_KEYS_PER_READ, StoreCall, as_dict, as_str, as_time_ns
@@ -88,7 +88,7 @@ class RoundLedger:
         assert kind in (DONE, SAID, READ), kind
         self._append(kind, self.own_rank)
 
-    def lost(self, peer: LostPeer) -> int | None:
+    def lost(self, peer: LostPod) -> int | None:
         """Append a verdict on ``peer``: its entry number (``None``: the log takes no more)."""
         return self._append(LOST, peer.group_rank, peer.worker,
                             data={"last_seen_ns": peer.last_seen_ns, "by": self.own_rank})
@@ -137,7 +137,7 @@ class RoundLedger:
                 found.setdefault(event.rank, stall)
         return found
 
-    def verdicts(self, since: int = 0) -> tuple[list[LostPeer], int]:
+    def verdicts(self, since: int = 0) -> tuple[list[LostPod], int]:
         """The lost-pod verdicts after the first ``since`` events of the history, and the history's
         length now (the caller's next ``since``). A verdict names its pod by group rank only (its
         reader names it from its own members); its last beat, when it is a time."""
@@ -147,7 +147,7 @@ class RoundLedger:
             if event.kind != LOST:
                 continue
             last_seen = as_time_ns((as_dict(event.data) or {}).get("last_seen_ns"))
-            found.append(LostPeer(event.rank, f"group rank {event.rank}", last_seen))
+            found.append(LostPod(event.rank, f"group rank {event.rank}", last_seen))
         return found, len(history)
 
     def _view(self, name: str, make: Callable[[], T]) -> T:

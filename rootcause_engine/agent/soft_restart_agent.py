@@ -31,7 +31,7 @@ from torch.distributed.elastic.agent.server.api import RunResult
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_core.timestamps import rfc3339_ns
 from rootcause_engine.agent.bounded_store import StoreUnresponsive
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
@@ -85,13 +85,13 @@ class SoftRestartSession:
     fatal_elsewhere: str | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     #: peers the peer watch declared lost (a vanished or frozen pod), not yet taken out of the world
-    lost_pending: list[LostPeer] = dataclasses.field(default_factory=list)
+    lost_pending: list[LostPod] = dataclasses.field(default_factory=list)
     #: the nodes ever told lost (the peer watch repeats every verdict so far with each new one)
     lost_told: set[int] = dataclasses.field(default_factory=set)
     #: when this node stopped its restarting workers because the training had finished without them
     finished_while_restarting_ns: int | None = None
 
-    def peers_lost(self, lost: tuple[LostPeer, ...]) -> None:
+    def peers_lost(self, lost: tuple[LostPod, ...]) -> None:
         """The peer watch declared ``lost`` (on its own thread): the loop scales down without them.
         Their group ranks become nodes (the peer watch of a later world ranks its members densely)."""
         with self.lock:
@@ -103,7 +103,7 @@ class SoftRestartSession:
                     self.lost_told.add(mapped.group_rank)
                     self.lost_pending.append(mapped)
 
-    def take_lost(self) -> list[LostPeer]:
+    def take_lost(self) -> list[LostPod]:
         with self.lock:
             taken, self.lost_pending = self.lost_pending, []
         return taken
@@ -167,7 +167,7 @@ def _summary(diagnosis: Diagnosis | None) -> str:
 #: Why the log takes out a node whose kubelet is stopping it (its own word, before it goes).
 STOPPED_REASON = "its kubelet stopped the pod (SIGTERM: preemption, drain, eviction or deletion)"
 
-#: Why the log takes a lost peer out of the world (the peer watch does not say which sign it read).
+#: Why the log takes a lost pod out of the world (the peer watch does not say which sign it read).
 LOST_REASON = "its processes ended without a word, or it fell silent: a lost, killed or frozen node"
 
 

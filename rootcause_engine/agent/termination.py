@@ -5,7 +5,7 @@ SIGTERM to its main process, then SIGKILL after ``terminationGracePeriodSeconds`
 default). torch's agent turns the SIGTERM into ``SignalException`` (it shuts its workers down and
 re-raises), and kfpytorch turns that into ``IgnoreOutputs``: the pod exits 0 having written
 nothing, the training operator marks the job Succeeded at that exit, and Flyte finds no error. A
-preempted pod must instead be the job's recorded, recoverable root cause, written within the grace.
+stopped pod must instead be the job's recorded, recoverable root cause, written within the grace.
 
 The pod's one notice is :data:`rootcause_core.pod_stop.POD_STOP` (the entrypoint may have installed
 it before the task was even loaded). Around the launch:

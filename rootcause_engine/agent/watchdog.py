@@ -253,9 +253,9 @@ class AgentWatchdog:
         if self._owns_loop:
             self._loop.stop(timeout_s=self.settings.interval_s + 1)
 
-    def expedite(self, why: str, within_s: float, trigger: Trigger = Trigger.PEER_LOST) -> None:
+    def expedite(self, why: str, within_s: float, trigger: Trigger = Trigger.POD_LOST) -> None:
         """Fire ``within_s`` from now unless the launch ends first: something outside torch's view
-        (a lost peer that hosted the rendezvous store) is known to leave torch's agent stuck."""
+        (a lost pod that hosted the rendezvous store) is known to leave torch's agent stuck."""
         self._expedited = (time.monotonic() + within_s, why, trigger)
 
     def note(self) -> str | None:

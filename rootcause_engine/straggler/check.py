@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from rootcause_core.worker_names import current_worker_name
-from rootcause_engine.agent.rendezvous_host import agent_hosts_rendezvous
+from rootcause_engine.agent.rendezvous_host import agent_hosts_store
 from rootcause_engine.straggler import grouping
 from rootcause_engine.straggler.decision import decide
 from rootcause_engine.straggler.measure import (
@@ -50,7 +50,7 @@ def current_identity() -> WorkerIdentity:
         node_rank=int(os.environ["GROUP_RANK"]),
         pod=current_worker_name(),
         host=socket.gethostname(),
-        hosts_rendezvous=agent_hosts_rendezvous(),
+        hosts_rendezvous=agent_hosts_store(),
     )
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report, failure_to_json
 from rootcause_engine.agent.store_values import MAX_TIME_NS
 from tests.flyte2.test_agreed_report import ROOT, T0
@@ -18,7 +18,7 @@ IDS = ["before-the-epoch", "int64-min", "past-int64"]
 
 
 def _word(**changes: object) -> str:
-    word = json.loads(PodWord("w1", (ROOT,), (LostPeer(2, "w2", T0),)).to_json())
+    word = json.loads(PodWord("w1", (ROOT,), (LostPod(2, "w2", T0),)).to_json())
     word.update(changes)
     return json.dumps(word)
 
@@ -30,9 +30,9 @@ def test_a_word_whose_failure_time_is_no_wall_clock_time_is_no_word(forged: int)
 
 
 @pytest.mark.parametrize("forged", OUT_OF_RANGE, ids=IDS)
-def test_a_lost_peer_whose_last_seen_time_is_no_wall_clock_time_is_left_out(forged: int) -> None:
+def test_a_lost_pod_whose_last_seen_time_is_no_wall_clock_time_is_left_out(forged: int) -> None:
     word = PodWord.from_json(_word(lost=[[2, "w2", forged], [3, "w3", T0], [4, "w4", None]]))
-    assert word is not None and [peer.worker for peer in word.lost_peers] == ["w3", "w4"]
+    assert word is not None and [peer.worker for peer in word.lost_pods] == ["w3", "w4"]
 
 
 @pytest.mark.parametrize("forged", OUT_OF_RANGE, ids=IDS)

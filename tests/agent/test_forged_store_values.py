@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import PodWord, failure_to_json
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -41,10 +41,10 @@ class Pod:
 
     def __init__(self, port: int, rank: int, world: int, *, silence_s: float | None = 60.0,
                  hosts_store: bool = False) -> None:
-        self.lost: list[tuple[float, tuple[LostPeer, ...]]] = []
+        self.lost: list[tuple[float, tuple[LostPod, ...]]] = []
         self.peer_failed = 0
         self.watch = PeerWatch(f"w{rank}", hosts_store=lambda: hosts_store, interval_s=INTERVAL_S,
-                               lost_after_s=0.5, silence_limit_s=silence_s)
+                               failure_look_s=0.5, lost_after_s=silence_s)
         self.watch.when_a_peer_is_lost(lambda peers: self.lost.append((time.monotonic(), peers)))
         self.watch.when_a_peer_fails(self._failed)
         self.watch.joined(JoinedRound(client(port), rank, world, (rank,)))
@@ -260,7 +260,7 @@ def test_a_forged_word_is_waited_past_and_the_pod_writes_a_report(server_port: i
     forger = client(server_port)
     forger.set("rootcause/agree/said/1", forged)
     forge_event(forger, _event("said", 1))  # its word is in the store: read it
-    pod = PeerWatch("w0", hosts_store=lambda: True, interval_s=INTERVAL_S, silence_limit_s=None)
+    pod = PeerWatch("w0", hosts_store=lambda: True, interval_s=INTERVAL_S, lost_after_s=None)
     pod.joined(JoinedRound(client(server_port), 0, 2, (0,)))
     try:
         started = time.monotonic()
@@ -276,7 +276,7 @@ def test_a_forged_decision_leaves_each_pod_its_own_report(server_port: int, forg
     forger = client(server_port)
     forger.set("rootcause/agree/decided", forged)
     pods = [PeerWatch(f"w{rank}", hosts_store=lambda rank=rank: rank == 0, interval_s=INTERVAL_S,
-                      silence_limit_s=None) for rank in range(2)]
+                      lost_after_s=None) for rank in range(2)]
     for rank, pod in enumerate(pods):
         pod.joined(JoinedRound(client(server_port), rank, 2, (rank,)))
     reports: list[object] = [None, None]

@@ -27,20 +27,20 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.pod_stop import PodStopNotice
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis, Trigger
-from rootcause_engine.agent.diagnosis.pod_failures import PREEMPTION_MESSAGE
+from rootcause_engine.agent.diagnosis.pod_failures import STOP_MESSAGE
 from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_observer import LaunchObserver
 from rootcause_engine.agent.launch_session import (
-    LOST_PEER_TEARDOWN_GRACE_S,
+    LOST_POD_TEARDOWN_GRACE_S,
     RENDEZVOUS_ENDPOINT_VARIABLE,
     STORE_HOST_LOST_GRACE_S,
     LaunchSession,
     LaunchSettings,
-    LostPeerHandler,
+    LostPodHandler,
     a_peer_is_lost,
 )
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -169,10 +169,10 @@ def test_a_sigterm_before_the_launch_block_ends_the_launch_as_it_starts_and_is_t
         with pytest.raises(SignalException), session.running():
             ran = True
         assert not ran
-        diagnosis = session.preempted()
-    assert diagnosis is not None and diagnosis.trigger is Trigger.PREEMPTED and diagnosis.recoverable
+        diagnosis = session.stopped()
+    assert diagnosis is not None and diagnosis.trigger is Trigger.STOPPED and diagnosis.recoverable
     stop = diagnosis.root_cause
-    assert stop is not None and stop.message == PREEMPTION_MESSAGE
+    assert stop is not None and stop.message == STOP_MESSAGE
     assert (stop.worker, stop.global_rank, stop.pid, stop.signal_number) == (POD, None, os.getpid(), signal.SIGTERM)
     assert (stop.timestamp_ns, stop.time_source, stop.role) == (pod_stop.received_ns, TimeSource.OBSERVED,
                                                                 Role.CANDIDATE)
@@ -190,18 +190,18 @@ def test_the_first_sigterm_in_the_launch_block_ends_it_and_the_stop_is_named_by_
                     observer.ledger.add_worker(LaunchedWorker(0, local_rank, 5 - local_rank, 2, child.pid, ""))
                 _sigterm_to_this_process(pod_stop, 1)
             _sigterm_to_this_process(pod_stop, 2)  # while the pod writes its report: only noted
-            diagnosis = session.preempted()
+            diagnosis = session.stopped()
     finally:
         _reap(*workers)
-    assert diagnosis is not None and diagnosis.trigger is Trigger.PREEMPTED
+    assert diagnosis is not None and diagnosis.trigger is Trigger.STOPPED
     stop = diagnosis.root_cause
     assert stop is not None and stop.global_rank == 4
-    assert stop.message == f"{PREEMPTION_MESSAGE} (2 SIGTERMs)"
+    assert stop.message == f"{STOP_MESSAGE} (2 SIGTERMs)"
 
 
-def test_without_a_sigterm_there_is_no_preemption_to_report() -> None:
+def test_without_a_sigterm_there_is_no_stop_to_report() -> None:
     with LaunchSession(_settings(), error_of=_error_of, pod_stop=PodStopNotice()) as session:
-        assert session.preempted() is None
+        assert session.stopped() is None
 
 
 def test_a_lost_store_is_diagnosed_on_the_attempt_that_ran_and_says_how_the_agent_failed() -> None:
@@ -257,7 +257,7 @@ def test_a_soft_policy_session_tells_its_history_in_the_report_and_its_channel_l
         assert channel.is_dir() and session.restarts() == ()
         soft.changes = (Event("leave", 1, "train-worker-1", "rank 3 raised", 1_000_000_000),)
         _sigterm_to_this_process(pod_stop, 1)
-        diagnosis = session.preempted()
+        diagnosis = session.stopped()
     assert not channel.exists()
     assert diagnosis is not None and len(diagnosis.restarts) == 1 and diagnosis.restarts[0][1] == "train-worker-1"
     assert "Soft restarts before this failure" in diagnosis.report and "rank 3 raised" in diagnosis.report
@@ -274,11 +274,11 @@ def _join_with_a_missing_peer(session: LaunchSession, store: TCPStore) -> PeerWa
     return other
 
 
-def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure_is_the_lost_peer_s(
+def test_under_hard_restarts_a_lost_pod_ends_this_pod_s_workers_and_the_failure_is_the_lost_pod_s(
     store_server: TCPStore, tmp_path: Path
 ) -> None:
     """The peer watch's verdict ends this pod's workers at once (they would wait in a collective for
-    ever); the failure torch then reports is diagnosed as a lost peer, the workers its victims."""
+    ever); the failure torch then reports is diagnosed as a lost pod, the workers its victims."""
     worker = _worker_process()
     other: PeerWatch | None = None
     try:
@@ -298,19 +298,19 @@ def test_under_hard_restarts_a_lost_peer_ends_this_pod_s_workers_and_the_failure
         if other is not None:
             other.close()
         _reap(worker)
-    assert diagnosis is not None and diagnosis.trigger is Trigger.PEER_LOST
-    assert [(peer.group_rank, peer.last_seen_ns) for peer in diagnosis.lost_peers] == [(1, None)]
+    assert diagnosis is not None and diagnosis.trigger is Trigger.POD_LOST
+    assert [(peer.group_rank, peer.last_seen_ns) for peer in diagnosis.lost_pods] == [(1, None)]
     root = diagnosis.root_cause
     assert root is not None and root.role is Role.VICTIM and root.pid == worker.pid
 
 
-def test_under_soft_restarts_a_lost_peer_goes_to_the_soft_loop_and_this_pod_s_workers_go_on(
+def test_under_soft_restarts_a_lost_pod_goes_to_the_soft_loop_and_this_pod_s_workers_go_on(
     store_server: TCPStore,
 ) -> None:
     """The soft loop takes the lost pod out of the world; the survivors' workers keep running."""
     worker = _worker_process()
     other: PeerWatch | None = None
-    taken: list[LostPeer] = []
+    taken: list[LostPod] = []
     try:
         with LaunchSession(_settings(restart_policy="soft"), error_of=_error_of, pod_stop=PodStopNotice()) as session:
             observer, soft = session.observer, session.soft
@@ -326,7 +326,7 @@ def test_under_soft_restarts_a_lost_peer_goes_to_the_soft_loop_and_this_pod_s_wo
         _reap(worker)
 
 
-# --- the lost-peer handler and the watchdog ----------------------------------------------------------
+# --- the lost-pod handler and the watchdog ----------------------------------------------------------
 
 
 def _round_with_a_store_host(store: TCPStore) -> tuple[PeerWatch, list[PeerWatch]]:
@@ -343,7 +343,7 @@ def test_a_lost_store_host_ends_the_workers_even_under_soft_restarts_and_only_on
 ) -> None:
     """Without the store the world cannot change: the workers are ended as under hard restarts (nothing
     for the soft loop), and a later verdict (another attempt running by then) ends nothing more; a
-    lost peer that hosted no store goes to the soft loop."""
+    lost pod that hosted no store goes to the soft loop."""
     own, watches = _round_with_a_store_host(store_server)
     first, second = _worker_process(), _worker_process()
     soft = SoftRestartSession(worker=POD, channel=WorkerChannel(str(tmp_path)), diagnose=lambda failed: None,
@@ -352,14 +352,14 @@ def test_a_lost_store_host_ends_the_workers_even_under_soft_restarts_and_only_on
         with DeathWatcher() as watcher:
             observer = LaunchObserver(watcher, teardown_grace_s=30.0)
             observer.ledger.add_worker(LaunchedWorker(0, 0, 2, 1, first.pid, ""))
-            handler = LostPeerHandler(observer, own, soft, watchdog=None)
-            handler((LostPeer(2, "train-worker-2", 1),))
+            handler = LostPodHandler(observer, own, soft, watchdog=None)
+            handler((LostPod(2, "train-worker-2", 1),))
             assert [peer.group_rank for peer in soft.take_lost()] == [2]
             assert observer.ledger.teardown_of(0).began_ns is None and not _exited(watcher, first.pid)
-            handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
+            handler((LostPod(0, "train-worker-0", 1), LostPod(2, "train-worker-2", 1)))
             assert _exited(watcher, first.pid) and soft.take_lost() == []
             observer.ledger.add_worker(LaunchedWorker(1, 0, 2, 1, second.pid, ""))
-            handler((LostPeer(0, "train-worker-0", 1), LostPeer(2, "train-worker-2", 1)))
+            handler((LostPod(0, "train-worker-0", 1), LostPod(2, "train-worker-2", 1)))
             assert observer.ledger.teardown_of(1).began_ns is None and not _exited(watcher, second.pid)
     finally:
         for peers in watches:
@@ -367,9 +367,9 @@ def test_a_lost_store_host_ends_the_workers_even_under_soft_restarts_and_only_on
         _reap(first, second)
 
 
-def test_the_watchdog_reports_for_the_agent_only_when_the_lost_peer_hosted_the_store() -> None:
+def test_the_watchdog_reports_for_the_agent_only_when_the_lost_pod_hosted_the_store() -> None:
     """torch's agent waits for ever on a store whose host is gone: then (and only then) the watchdog
-    reports a lost peer for it, soon after the workers' teardown, and ends the pod."""
+    reports a lost pod for it, soon after the workers' teardown, and ends the pod."""
     workers = [_worker_process(), _worker_process()]
     reported: list[Diagnosis] = []
     exits: list[int] = []
@@ -384,17 +384,17 @@ def test_the_watchdog_reports_for_the_agent_only_when_the_lost_peer_hosted_the_s
             observer = LaunchObserver(watcher, teardown_grace_s=30.0)
             with AgentWatchdog(observer, settings, error_of=error_of, exit_process=exits.append) as watchdog:
                 observer.ledger.add_worker(LaunchedWorker(0, 0, 0, 0, workers[0].pid, ""))
-                a_peer_is_lost(observer, (LostPeer(2, "train-worker-2", 1),), {0}, watchdog)
+                a_peer_is_lost(observer, (LostPod(2, "train-worker-2", 1),), {0}, watchdog)
                 assert _exited(watcher, workers[0].pid)
-                time.sleep(LOST_PEER_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S + 0.5)  # past an expedited deadline
+                time.sleep(LOST_POD_TEARDOWN_GRACE_S + STORE_HOST_LOST_GRACE_S + 0.5)  # past an expedited deadline
                 assert exits == []
                 observer.ledger.add_worker(LaunchedWorker(1, 0, 0, 0, workers[1].pid, ""))
-                a_peer_is_lost(observer, (LostPeer(0, "train-worker-0", 1),), {0}, watchdog)
+                a_peer_is_lost(observer, (LostPod(0, "train-worker-0", 1),), {0}, watchdog)
                 assert _exited(watcher, workers[1].pid)
                 _until(lambda: exits, "the watchdog reported")
     finally:
         _reap(*workers)
     assert exits == [AGENT_HUNG_EXIT_CODE]  # no failure sink in a test: nothing was written
     (diagnosis,) = reported
-    assert diagnosis.trigger is Trigger.PEER_LOST
+    assert diagnosis.trigger is Trigger.POD_LOST
     assert "train-worker-0 (group rank 0)" in diagnosis.report and "hosts the rendezvous store" in diagnosis.report

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from torch.distributed import PrefixStore
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.peer_link import LinkEndpoint, link_hub
 from rootcause_engine.agent.peer_watch import PeerWatch, store_address
 from rootcause_engine.upstream.torch_elastic import JoinedRound
@@ -48,7 +48,7 @@ from rootcause_engine.upstream.torch_elastic import JoinedRound
 store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=10),
                  wait_for_workers=False)
 world = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-peers = PeerWatch(f"pod-{world - 1}", interval_s=0.05, silence_limit_s=60.0)
+peers = PeerWatch(f"pod-{world - 1}", interval_s=0.05, lost_after_s=60.0)
 peers.joined(JoinedRound(store, world - 1, world, (world - 1,)))
 print("ready", flush=True)
 for line in sys.stdin:
@@ -88,10 +88,10 @@ def watched_pod(server_port: int) -> Iterator[subprocess.Popen[str]]:
 
 
 def _watcher(port: int, rank: int = 0, world: int = 2, *,
-             lost_after_s: float = 2.0) -> tuple[PeerWatch, list[tuple[LostPeer, ...]]]:
-    told: list[tuple[LostPeer, ...]] = []
+             failure_look_s: float = 2.0) -> tuple[PeerWatch, list[tuple[LostPod, ...]]]:
+    told: list[tuple[LostPod, ...]] = []
     store = client(port)
-    peers = PeerWatch(f"pod-{rank}", interval_s=INTERVAL_S, silence_limit_s=SILENCE_S, lost_after_s=lost_after_s)
+    peers = PeerWatch(f"pod-{rank}", interval_s=INTERVAL_S, lost_after_s=SILENCE_S, failure_look_s=failure_look_s)
     peers.when_a_peer_is_lost(told.append)
     peers.joined(JoinedRound(store, rank, world, (rank,)))
     return peers, told
@@ -171,7 +171,7 @@ def test_a_pod_whose_workers_fail_takes_the_verdict_a_link_gave_elsewhere_withou
                            stdout=subprocess.PIPE, text=True)
     try:
         assert pod.stdout is not None and pod.stdout.readline().strip() == "ready"
-        searching, _ = _watcher(server_port, 0, 3, lost_after_s=2 * VERDICT_WAIT_S)
+        searching, _ = _watcher(server_port, 0, 3, failure_look_s=2 * VERDICT_WAIT_S)
         watcher, told = _watcher(server_port, 1, 3)
         try:
             assert wait_until(lambda: _linked(watcher), VERDICT_WAIT_S)

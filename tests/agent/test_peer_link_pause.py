@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 
 from rootcause_core.liveness import HEARTBEAT_INTERVAL_S, SILENCE_LIMIT_S
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.peer_link import LinkEndpoint, answers, link_hub
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.store_layout import alive_key
@@ -105,9 +105,9 @@ def pods(server_port: int) -> Iterator[dict[int, subprocess.Popen[str]]]:
 
 
 @pytest.fixture
-def pod_0(server_port: int) -> Iterator[tuple[PeerWatch, list[tuple[LostPeer, ...]]]]:
+def pod_0(server_port: int) -> Iterator[tuple[PeerWatch, list[tuple[LostPod, ...]]]]:
     """This process as pod 0, with the defaults, and every verdict it is told of (its own or read)."""
-    told: list[tuple[LostPeer, ...]] = []
+    told: list[tuple[LostPod, ...]] = []
     peers = PeerWatch("pod-0")
     peers.when_a_peer_is_lost(told.append)
     peers.joined(JoinedRound(client(server_port), 0, WORLD, (0,)))
@@ -150,7 +150,7 @@ def _ready(peers: PeerWatch) -> None:
 
 
 def test_a_link_cut_while_the_agent_forks_its_workers_names_no_one(
-    server_port: int, pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPeer, ...]]]
+    server_port: int, pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPod, ...]]]
 ) -> None:
     """The recipe: pod 1 pauses for its workers' start (1.6 s, forking), and 0.3 s into it pod 0's
     link to pod 1 is cut. Pod 1's heartbeat goes on between the forks; no pod is declared lost."""
@@ -170,7 +170,7 @@ def test_a_link_cut_while_the_agent_forks_its_workers_names_no_one(
 
 
 def test_a_link_cut_while_the_pod_s_heartbeat_waits_is_asked_before_it_condemns(
-    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPeer, ...]]]
+    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPod, ...]]]
 ) -> None:
     """Pod 1's heartbeat waits 1.6 s (a store call that takes long: no beat at all), and 0.3 s into it
     pod 0's link to pod 1 is cut. Its agent's process lives and answers a fresh connection: no
@@ -188,7 +188,7 @@ def test_a_link_cut_while_the_pod_s_heartbeat_waits_is_asked_before_it_condemns(
 
 
 def test_a_link_cut_while_the_whole_pod_is_paused_names_no_one(
-    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPeer, ...]]]
+    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPod, ...]]]
 ) -> None:
     """Pod 1's whole process is paused (SIGSTOP: a VM paused by its host, a long stall) for half the
     silence limit, and 0.3 s into it pod 0's link to pod 1 is cut. Its kernel still accepts a fresh
@@ -221,7 +221,7 @@ def test_the_direct_question_tells_a_live_or_paused_listener_from_a_gone_one() -
 
 @pytest.mark.parametrize("paused", [False, True], ids=["running", "while-it-pauses"])
 def test_a_killed_pod_is_still_declared_lost_in_about_two_beats(
-    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPeer, ...]]], paused: bool
+    pods: dict[int, subprocess.Popen[str]], pod_0: tuple[PeerWatch, list[tuple[LostPod, ...]]], paused: bool
 ) -> None:
     """SIGKILL of pod 1 (running, or in the middle of its workers' start): its port refuses the
     watcher's question, and the verdict comes in about two beats, far below the silence limit."""

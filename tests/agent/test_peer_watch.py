@@ -17,7 +17,7 @@ import pytest
 from torch.distributed import TCPStore
 
 from rootcause_core.collectives import INIT_OP, CollectivePosition
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.peer_watch import PeerWatch
 from rootcause_engine.upstream.torch_elastic import JoinedRound
 from testbed.sync import wait_until
@@ -33,7 +33,7 @@ PATIENCE_S = 60.0
 
 def watch(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: bool = False,
           window_s: float = WINDOW_S) -> PeerWatch:
-    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, lost_after_s=window_s)
+    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, failure_look_s=window_s)
     peers.joined(JoinedRound(store, rank, world, tuple(range(2 * rank, 2 * rank + 2))))
     return peers
 
@@ -110,7 +110,7 @@ def test_a_member_that_publishes_late_is_learned_long_before_the_next_heartbeat(
     """The store's host can be lost within a heartbeat of publishing its entry (its workers fail
     fast); a peer that had not read the entry by then could not name it. So a peer looks again for
     members it does not know at a short interval, not at its (here two-minute) heartbeat."""
-    slow = PeerWatch("train-worker-1", interval_s=120.0, lost_after_s=WINDOW_S)
+    slow = PeerWatch("train-worker-1", interval_s=120.0, failure_look_s=WINDOW_S)
     slow.joined(JoinedRound(client(server_port), 1, 2, (2, 3)))
     reader = client(server_port)
     # the peer's first look (at its first heartbeat) found no rank 0 yet
@@ -172,13 +172,13 @@ def test_without_a_round_there_is_nothing_to_say() -> None:
     peers.stop()
 
 
-def test_lost_peer_entries_are_what_the_testimony_carries(server_port: int) -> None:
+def test_lost_pod_entries_are_what_the_testimony_carries(server_port: int) -> None:
     survivor, vanished = (watch(f"w{r}", client(server_port), r, 2, window_s=0.5) for r in range(2))
     try:
         wait_for_members(survivor, 2)
         vanished.stop()
         (lost,) = survivor.lost_pods.search()
-        assert isinstance(lost, LostPeer) and lost.entry()[:2] == [1, "w1"]
+        assert isinstance(lost, LostPod) and lost.entry()[:2] == [1, "w1"]
     finally:
         survivor.stop()
 
@@ -279,7 +279,7 @@ def test_the_store_host_does_not_wait_for_a_peer_it_found_lost(server_port: int)
         assert [peer.group_rank for peer in host.lost_pods.search()] == [1]
         started = time.monotonic()
         host.failures.done()
-        # waiting for the lost peer would take the whole 5 s window; not waiting, one store write
+        # waiting for the lost pod would take the whole 5 s window; not waiting, one store write
         assert time.monotonic() - started < 4.0
     finally:
         host.stop()
@@ -292,11 +292,11 @@ SILENCE_S = 1.0
 
 
 def _healthy_watch(worker: str, store: TCPStore, rank: int, world: int, *, silence_s: float = SILENCE_S,
-                   hosts_store: bool = False) -> tuple[PeerWatch, list[tuple[LostPeer, ...]]]:
+                   hosts_store: bool = False) -> tuple[PeerWatch, list[tuple[LostPod, ...]]]:
     """A pod whose watch declares silent peers lost; the list collects what its agent was told."""
-    told: list[tuple[LostPeer, ...]] = []
-    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, lost_after_s=WINDOW_S,
-                      silence_limit_s=silence_s, store_timeout_s=silence_s)
+    told: list[tuple[LostPod, ...]] = []
+    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=INTERVAL_S, failure_look_s=WINDOW_S,
+                      lost_after_s=silence_s, store_timeout_s=silence_s)
     peers.when_a_peer_is_lost(told.append)
     peers.joined(JoinedRound(store, rank, world, (rank,)))
     return peers, told
@@ -340,7 +340,7 @@ def test_peers_that_finished_failed_or_only_beat_slowly_are_never_declared_lost(
     """A pod done with the round, one that announced its failure, and one whose beats come at a third
     of the silence limit (a starved agent): several silence limits later, no verdict anywhere."""
     pods = [_healthy_watch(f"w{r}", client(server_port), r, 4, silence_s=3.0) for r in range(3)]
-    slow = PeerWatch("w3", interval_s=1.0, lost_after_s=WINDOW_S, silence_limit_s=3.0)
+    slow = PeerWatch("w3", interval_s=1.0, failure_look_s=WINDOW_S, lost_after_s=3.0)
     slow.joined(JoinedRound(client(server_port), 3, 4, (3,)))
     try:
         for peers, _ in pods:

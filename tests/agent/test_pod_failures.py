@@ -21,9 +21,9 @@ from torch.distributed.elastic.rendezvous.api import (
 
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_engine.agent.diagnosis.pod_failures import (
-    PREEMPTION_MESSAGE,
-    preemption_failure,
+    STOP_MESSAGE,
     rendezvous_failure,
+    stop_failure,
 )
 
 ENDPOINT = "train-worker-0:29400"
@@ -59,9 +59,9 @@ def test_a_store_lost_while_the_workers_ran_says_so_and_an_unknown_endpoint_is_l
 
 
 def test_the_kubelet_s_stop_is_a_candidate_named_by_the_pod_s_first_rank_and_ranks_before_the_victims() -> None:
-    stop = preemption_failure(10, first_rank=4, signals=2)
+    stop = stop_failure(10, first_rank=4, signals=2)
     assert (stop.role, stop.global_rank, stop.signal_number, stop.timestamp_ns) == (Role.CANDIDATE, 4,
                                                                                      signal.SIGTERM, 10)
-    assert stop.message == f"{PREEMPTION_MESSAGE} (2 SIGTERMs)"
+    assert stop.message == f"{STOP_MESSAGE} (2 SIGTERMs)"
     lost = rendezvous_failure(DistNetworkError("Broken pipe"), workers_started=False, noticed_ns=5)
     assert order_failures([lost, stop])[0] is stop  # a candidate beats an earlier victim

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rootcause_core.collectives import CollectivePosition
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.event_log import Event, EventLog
 from rootcause_engine.agent.peer_link import LinkEndpoint
 from rootcause_engine.agent.round_ledger import DONE, FAILED, LOST, READ, SAID, RoundLedger
@@ -35,7 +35,7 @@ def test_what_each_pod_appends_every_pod_reads_in_one_order(server_port: int) ->
     stall = CollectivePosition(pg="0", seq=7, op="gloo:all_reduce")
     pods[1].failed(stall)
     pods[0].failed(None)
-    pods[2].lost(LostPeer(1, "w1", 123))  # pod 2 (a watcher) on pod 1
+    pods[2].lost(LostPod(1, "w1", 123))  # pod 2 (a watcher) on pod 1
     pods[0].mark(SAID)
     pods[0].mark(READ)
     pods[1].mark(DONE)
@@ -51,7 +51,7 @@ def test_what_each_pod_appends_every_pod_reads_in_one_order(server_port: int) ->
     assert reader.stalls() == {1: stall}
     assert reader.ranks(SAID) == {0} and reader.ranks(READ) == {0}
     verdicts, seen = reader.verdicts()
-    assert verdicts == [LostPeer(1, "group rank 1", 123)] and seen == 8
+    assert verdicts == [LostPod(1, "group rank 1", 123)] and seen == 8
     assert reader.verdicts(seen) == ([], 8)  # a consumer's place: nothing new since
 
 

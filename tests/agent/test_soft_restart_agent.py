@@ -1,5 +1,5 @@
-"""The soft-restart agent (``agent/soft_restart_agent.py``): lost peers handed to the loop, the history's
-words, and a node taking itself or its lost peers out of a real world.
+"""The soft-restart agent (``agent/soft_restart_agent.py``): lost pods handed to the loop, the history's
+words, and a node taking itself or its lost pods out of a real world.
 
 Every world here is a :class:`SoftWorld` on a real c10d ``TCPStore`` on loopback (port 0), each node
 with its own view of it, as the pods of a job. Where the loop runs, it runs in torch's place with a
@@ -24,7 +24,7 @@ from torch.distributed import TCPStore
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 from torch.distributed.elastic.multiprocessing.api import SignalException, _terminate_process_handler
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.event_log import Event
 from rootcause_engine.agent.soft_restart_agent import (
     LOST_REASON,
@@ -80,18 +80,18 @@ def _next_worlds(*views: SoftWorld) -> list[World]:
     return cast(list[World], results)
 
 
-# --- the lost peers the peer watch hands over ---------------------------------------------------------
+# --- the lost pods the peer watch hands over ---------------------------------------------------------
 
 
-def test_each_lost_peer_is_taken_once_and_keeps_the_node_its_own_round_named(tmp_path: Path) -> None:
+def test_each_lost_pod_is_taken_once_and_keeps_the_node_its_own_round_named(tmp_path: Path) -> None:
     """What the loop takes is gone from the session; a verdict already pending keeps its node when a
     later world's mapping (a world with a pod that joined the running job) arrives, and a verdict of
     that later round is mapped with it."""
     session = _session(tmp_path)
     assert session.take_lost() == []
-    session.peers_lost((LostPeer(1, "pod-1", 10), LostPeer(2, "pod-2", None)))
+    session.peers_lost((LostPod(1, "pod-1", 10), LostPod(2, "pod-2", None)))
     session.peer_nodes = (0, 2, 3)  # the next world's peer watch ranks nodes 0, 2, 3 densely
-    session.peers_lost((LostPeer(2, "pod-3", 20),))
+    session.peers_lost((LostPod(2, "pod-3", 20),))
     assert [(p.group_rank, p.worker, p.last_seen_ns) for p in session.take_lost()] == [
         (1, "pod-1", 10), (2, "pod-2", None), (3, "pod-3", 20)]
     assert session.take_lost() == []
@@ -100,8 +100,8 @@ def test_each_lost_peer_is_taken_once_and_keeps_the_node_its_own_round_named(tmp
 def test_verdicts_told_from_several_threads_are_all_taken(tmp_path: Path) -> None:
     """The peer watch tells each verdict on a thread of its own while the loop takes them."""
     session = _session(tmp_path)
-    taken: list[LostPeer] = []
-    tellers = [threading.Thread(target=session.peers_lost, args=((LostPeer(rank, f"pod-{rank}", None),),))
+    taken: list[LostPod] = []
+    tellers = [threading.Thread(target=session.peers_lost, args=((LostPod(rank, f"pod-{rank}", None),),))
                for rank in range(1, 33)]
     for teller in tellers:
         teller.start()
@@ -145,10 +145,10 @@ def test_workers_are_told_a_scale_up_for_a_join_and_a_scale_down_for_any_other_c
     assert _change_event(World(3, (0, 1), changes=(leave, join, lost))) is WorldChangeEvent.SCALE_DOWN
 
 
-# --- lost peers taken out of the world -------------------------------------------------------------
+# --- lost pods taken out of the world -------------------------------------------------------------
 
 
-def test_a_lost_peer_is_taken_out_of_the_world_and_the_others_go_on_without_it(
+def test_a_lost_pod_is_taken_out_of_the_world_and_the_others_go_on_without_it(
     tmp_path: Path, store_server: TCPStore
 ) -> None:
     """The loop of the first node that takes the verdict logs the peer lost; every node then forms the
@@ -156,10 +156,10 @@ def test_a_lost_peer_is_taken_out_of_the_world_and_the_others_go_on_without_it(
     session = _session(tmp_path, "pod-0")
     loop = _loop_in_world(session, store_server, 0, 3)
     one = SoftWorld(store_server, 1, "pod-1", range(3))
-    session.peers_lost((LostPeer(7, "stranger", None),))
+    session.peers_lost((LostPod(7, "stranger", None),))
     loop._scale_down_lost()
     assert not one.change_proposed()
-    session.peers_lost((LostPeer(2, "pod-2", 5),))
+    session.peers_lost((LostPod(2, "pod-2", 5),))
     loop._scale_down_lost()
     assert one.change_proposed()
     formed = _next_worlds(loop.world, one)
@@ -177,7 +177,7 @@ def test_a_loss_that_leaves_fewer_nodes_than_the_job_needs_ends_the_job_everywhe
     session = _session(tmp_path, "pod-0", min_nodes=3, ended=ended)
     loop = _loop_in_world(session, store_server, 0, 3)
     two = SoftWorld(store_server, 2, "pod-2", range(3), min_nodes=3)
-    session.peers_lost((LostPeer(1, "pod-1", None),))
+    session.peers_lost((LostPod(1, "pod-1", None),))
     loop._scale_down_lost()
     assert ended == ["pod-0"]
     assert session.fatal_elsewhere is not None and "pod-1 lost" in session.fatal_elsewhere
@@ -195,8 +195,8 @@ def test_a_peer_told_lost_twice_before_the_loop_looks_is_logged_lost_once(
     "pod-1 was lost" line in every pod's report and Deck (the history is the log)."""
     session = _session(tmp_path, "pod-0")
     loop = _loop_in_world(session, store_server, 0, 4)
-    session.peers_lost((LostPeer(1, "pod-1", None),))
-    session.peers_lost((LostPeer(1, "pod-1", None), LostPeer(2, "pod-2", None)))
+    session.peers_lost((LostPod(1, "pod-1", None),))
+    session.peers_lost((LostPod(1, "pod-1", None), LostPod(2, "pod-2", None)))
     loop._scale_down_lost()
     three = SoftWorld(store_server, 3, "pod-3", range(4))
     while three.change_proposed():  # the survivors follow every proposed change, as their loops do

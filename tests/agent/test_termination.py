@@ -25,7 +25,7 @@ def test_the_first_sigterm_of_the_launch_ends_it_and_later_ones_are_only_noted()
 
 def test_a_sigterm_before_the_launch_ends_it_as_it_starts() -> None:
     """A pod stopped while it started (imports, inputs, the task's load) must not train: the launch
-    ends at once, as preempted, with the time of the SIGTERM that came first."""
+    ends at once, as stopped, with the time of the SIGTERM that came first."""
     notice = PodStopNotice()
     notice(signal.SIGTERM, None)
     first = notice.received_ns

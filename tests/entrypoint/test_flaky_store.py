@@ -32,7 +32,7 @@ from flytekitplugins_rootcause.entrypoint.error_upload import (
 from flytekitplugins_rootcause.upstream.flytekit_entrypoint import PATCHED_ENTRYPOINT
 from rootcause_core import store_retry
 from rootcause_core.store_retry import is_transient_store_error, store_answer
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from testbed.flaky_store import Fault, FlakyProxy, flaky_proxy
 from testbed.object_stores import ObjectStore
 from tests.entrypoint.test_lost_peer_documents import LAST_SEEN_NS, PER_WORKER, victim_document
@@ -190,11 +190,11 @@ def test_a_refused_error_pb_beside_a_written_per_worker_file_is_reported_not_rai
     assert re.search(r"\[1 try in \d+\.\d s, not retried: the store's answer is final\]$", failure.describe())
 
 
-def test_a_refused_lost_peer_document_does_not_undo_the_pods_own(
+def test_a_refused_lost_pod_document_does_not_undo_the_pods_own(
     flaky: FlakyProxy, s3_store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flaky.set_faults([Fault(403, path=r"/error-train-worker-0-")])
-    plan, document = victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),))
+    plan, document = victim_document((LostPod(0, "train-worker-0", LAST_SEEN_NS),))
     prefix = f"{s3_store.new_prefix('lost')}/out"
     file_access = flytekit_file_access(tmp_path, flaky.store(s3_store), monkeypatch)
     outcome = write_error_documents(prefix, document, "train-worker-1", plan, PER_WORKER, file_access)

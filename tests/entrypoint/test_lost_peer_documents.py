@@ -1,7 +1,7 @@
 """A pod that vanished writes nothing: its peers write for it, and both readers name it.
 
 The victim pod's exception carries the peers it found lost; its plan (built as the entrypoint builds
-it) holds one more document per lost peer, and ``write_error_documents`` writes each, named for that
+it) holds one more document per lost pod, and ``write_error_documents`` writes each, named for that
 peer. Then this project's reader and the port of upstream Flyte's Go rule read the folder as it lies.
 """
 
@@ -25,7 +25,7 @@ from flytekitplugins_rootcause.entrypoint.error_upload import write_error_docume
 from flytekitplugins_rootcause.exceptions import ElasticRootCauseError, ElasticRootCauseRecoverableError
 from rootcause_core.error_files import listing_key_of
 from rootcause_core.ordering import Role
-from rootcause_core.testimony import LOST_PEER_STAMP_DELAY_NS, LostPeer, Member, read_testimony
+from rootcause_core.testimony import LOST_POD_STAMP_DELAY_NS, LostPod, Member, read_testimony
 from rootcause_core.timestamps import from_protobuf
 from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
 
@@ -37,10 +37,10 @@ LAST_SEEN_NS = DEFAULT_TIMESTAMP_NS - 300_000_000
 Planned = tuple[ErrorDocumentPlan, bytes]
 
 
-def victim_document(lost: tuple[LostPeer, ...]) -> Planned:
+def victim_document(lost: tuple[LostPod, ...]) -> Planned:
     victims = [failure.with_role(Role.VICTIM) for failure in failures(recoverable=True)]
     error = ElasticRootCauseRecoverableError(
-        "[victim] rank 2 was failed by a peer", victims, members=MEMBERS, lost_peers=lost
+        "[victim] rank 2 was failed by a peer", victims, members=MEMBERS, lost_pods=lost
     )
     return last_resort_document(error, "train-worker-1")
 
@@ -51,27 +51,27 @@ def write(prefix: Path, planned: Planned, worker: str, policy: ErrorFilePolicy =
 
 
 def test_a_victim_that_found_a_peer_lost_writes_a_document_for_it(tmp_path: Path) -> None:
-    lost = LostPeer(0, "train-worker-0", LAST_SEEN_NS)
+    lost = LostPod(0, "train-worker-0", LAST_SEEN_NS)
     write(tmp_path, victim_document((lost,)), "train-worker-1")
 
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) == 2
     keys = {name.split("-")[3]: listing_key_of(name) for name in names}  # error-train-worker-<N>-...
-    assert keys["0"] is not None and keys["0"].role == Role.LOST_PEER and keys["0"].timestamp_ns == LAST_SEEN_NS
+    assert keys["0"] is not None and keys["0"].role == Role.LOST_POD and keys["0"].timestamp_ns == LAST_SEEN_NS
     assert keys["1"] is not None and keys["1"].role == Role.VICTIM
 
     (for_lost,) = (p for p in tmp_path.iterdir() if p.name.startswith("error-train-worker-0-"))
     container = errors_pb2.ErrorDocument.FromString(for_lost.read_bytes()).error
     assert container.worker == "train-worker-0" and container.code == LOST_POD_CODE
     assert container.kind == errors_pb2.ContainerError.RECOVERABLE
-    assert from_protobuf(container.timestamp) == DEFAULT_TIMESTAMP_NS + LOST_PEER_STAMP_DELAY_NS
+    assert from_protobuf(container.timestamp) == DEFAULT_TIMESTAMP_NS + LOST_POD_STAMP_DELAY_NS
     said = read_testimony(container.message)
     assert said is not None and said.reported_by == "train-worker-1" and said.lost == (lost,)
     assert said.members == MEMBERS
 
     read = RemoteFileOutputReader(str(tmp_path)).read_all()
     root, victim = read.failures
-    assert (root.worker, root.role, root.timestamp_ns) == ("train-worker-0", Role.LOST_PEER, LAST_SEEN_NS)
+    assert (root.worker, root.role, root.timestamp_ns) == ("train-worker-0", Role.LOST_POD, LAST_SEEN_NS)
     assert root.message.startswith("[lost pod] pod train-worker-0 (group rank 0) is lost: no error file")
     assert root.recoverable and root.kind == ErrorKind.SYSTEM
     assert (victim.worker, victim.role) == ("train-worker-1", Role.VICTIM)
@@ -81,7 +81,7 @@ def test_a_victim_that_found_a_peer_lost_writes_a_document_for_it(tmp_path: Path
 
 def test_error_pb_holds_the_lost_pods_document_for_backends_that_read_only_it(tmp_path: Path) -> None:
     both = ErrorFilePolicy(per_worker_files=True, error_pb_if_absent=True)
-    write(tmp_path, victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),)), "train-worker-1", both)
+    write(tmp_path, victim_document((LostPod(0, "train-worker-0", LAST_SEEN_NS),)), "train-worker-1", both)
     shared = errors_pb2.ErrorDocument.FromString((tmp_path / "error.pb").read_bytes()).error
     assert shared.worker == "train-worker-0" and shared.code == LOST_POD_CODE
     read = RemoteFileOutputReader(str(tmp_path)).read_all()
@@ -91,14 +91,14 @@ def test_error_pb_holds_the_lost_pods_document_for_backends_that_read_only_it(tm
 def test_a_pod_that_reported_its_own_failure_outranks_what_its_peers_said_of_it(tmp_path: Path) -> None:
     """A peer judged lost that did write its own error (its agent was too busy to beat, say): its own
     report wins with both readers, and the document written for it ranks after it."""
-    write(tmp_path, victim_document((LostPeer(0, "train-worker-0", LAST_SEEN_NS),)), "train-worker-1")
+    write(tmp_path, victim_document((LostPod(0, "train-worker-0", LAST_SEEN_NS),)), "train-worker-1")
     own = ElasticRootCauseError("[root cause] rank 1 raised", failures(recoverable=False))
     write(tmp_path, last_resort_document(own, "train-worker-0"), "train-worker-0")
 
     read = RemoteFileOutputReader(str(tmp_path)).read_all()
     assert [(f.worker, f.role) for f in read.failures] == [
         ("train-worker-0", Role.CANDIDATE),
-        ("train-worker-0", Role.LOST_PEER),
+        ("train-worker-0", Role.LOST_POD),
         ("train-worker-1", Role.VICTIM),
     ]
     console = earliest_error(str(tmp_path), fsspec.filesystem("file"))
@@ -106,10 +106,10 @@ def test_a_pod_that_reported_its_own_failure_outranks_what_its_peers_said_of_it(
 
 
 def test_no_document_is_written_for_nobody_and_none_for_a_document_written_for_a_lost_pod(tmp_path: Path) -> None:
-    assert victim_document(())[0].lost_peer_documents == ()
-    plan, _ = victim_document((LostPeer(0, "train-worker-0", None),))
-    (for_lost,) = plan.lost_peer_documents
-    assert for_lost.plan.lost_peer_documents == ()  # no chain of hearsay
+    assert victim_document(())[0].lost_pod_documents == ()
+    plan, _ = victim_document((LostPod(0, "train-worker-0", None),))
+    (for_lost,) = plan.lost_pod_documents
+    assert for_lost.plan.lost_pod_documents == ()  # no chain of hearsay
     # a document nothing is known of (no plan) is written as it is: one file, a plain name, nothing else
     unplanned = b"\xff not a document"
     write_error_documents(str(tmp_path), unplanned, "pod-1", None, PER_WORKER, filesystems=None)  # type: ignore[arg-type]

@@ -2,9 +2,9 @@
 
 The plan's listing key must be exactly what the reader parses from the bytes that are written, for
 every kind of document: a root-cause candidate's and a victim's (through flytekit's hooks and through
-the watchdog's last-resort path), a lost peer's, and a plain flytekit error's. Each is checked here
+the watchdog's last-resort path), a lost pod's, and a plain flytekit error's. Each is checked here
 against ``backend_reader.documents.listing_key_for`` of the very bytes, with hostile reports, names
-and times. The documents for lost peers, now built from the exception, must be the ones the old
+and times. The documents for lost pods, now built from the exception, must be the ones the old
 path built by parsing the pod's own document back.
 """
 
@@ -38,10 +38,10 @@ from rootcause_core.ordering import Role
 from rootcause_core.roles import role_marker
 from rootcause_core.safe_text import MAX_REPORT_BYTES, utf8_size
 from rootcause_core.testimony import (
-    LostPeer,
+    LostPod,
     Member,
-    describe_lost_peer,
-    for_lost_peer,
+    describe_lost_pod,
+    for_lost_pod,
     read_testimony,
     with_testimony,
 )
@@ -51,7 +51,7 @@ from tests.entrypoint_tasks.raising import DEFAULT_TIMESTAMP_NS, failures
 
 WORKER = "train-worker-1"
 MEMBERS = (Member(0, "train-worker-0", 0, 2, True), Member(1, WORKER, 2, 2, False))
-LOST = (LostPeer(0, "train-worker-0", DEFAULT_TIMESTAMP_NS - 300_000_000), LostPeer(2, "train-worker-2", None))
+LOST = (LostPod(0, "train-worker-0", DEFAULT_TIMESTAMP_NS - 300_000_000), LostPod(2, "train-worker-2", None))
 
 RootCauseError = ElasticRootCauseError | ElasticRootCauseRecoverableError
 
@@ -96,12 +96,12 @@ def root_cause_error(
     *,
     role: Role = Role.VICTIM,
     timestamp_ns: int | None = DEFAULT_TIMESTAMP_NS,
-    lost: tuple[LostPeer, ...] = LOST,
+    lost: tuple[LostPod, ...] = LOST,
     recoverable: bool = True,
 ) -> RootCauseError:
     ranked = [dataclasses.replace(failure, timestamp_ns=timestamp_ns, role=role) for failure in failures(recoverable)]
     kind = ElasticRootCauseRecoverableError if recoverable else ElasticRootCauseError
-    return kind(report, ranked, members=MEMBERS, lost_peers=lost)
+    return kind(report, ranked, members=MEMBERS, lost_pods=lost)
 
 
 def assert_every_key_is_the_readers(error: RootCauseError) -> None:
@@ -112,9 +112,9 @@ def assert_every_key_is_the_readers(error: RootCauseError) -> None:
     assert plan is not None and plan.listing_key == listing_key_for(staged)
     last_plan, last_resort = last_resort_document(error, WORKER)
     assert last_plan.listing_key == listing_key_for(last_resort)
-    for written in (*plan.lost_peer_documents, *last_plan.lost_peer_documents):
+    for written in (*plan.lost_pod_documents, *last_plan.lost_pod_documents):
         assert written.plan.listing_key == listing_key_for(written.data)
-        assert written.plan.listing_key is None or written.plan.listing_key.role == Role.LOST_PEER
+        assert written.plan.listing_key is None or written.plan.listing_key.role == Role.LOST_POD
 
 
 # --- one plan, one testimony ---------------------------------------------------------------------------
@@ -188,9 +188,9 @@ def test_a_root_cause_without_a_time_is_keyed_by_the_time_flytekit_stamps() -> N
     assert hooks.staged_plan().listing_key == key  # type: ignore[union-attr]
 
 
-lost_peers = st.lists(
+lost_pods = st.lists(
     st.builds(
-        LostPeer,
+        LostPod,
         st.integers(min_value=0, max_value=2_000_000),
         st.text(max_size=300),
         st.one_of(st.none(), st.integers(min_value=-(2**70), max_value=2**70)),
@@ -204,16 +204,16 @@ lost_peers = st.lists(
     report=st.text(max_size=400),
     role=st.sampled_from([Role.CANDIDATE, Role.VICTIM]),
     timestamp_ns=st.one_of(st.none(), st.just(0), st.integers(min_value=-(2**70), max_value=2**70)),
-    lost=lost_peers,
+    lost=lost_pods,
     recoverable=st.booleans(),
 )
 @example(report="x\x1f[victim] a control character before the marker", role=Role.CANDIDATE,
          timestamp_ns=DEFAULT_TIMESTAMP_NS, lost=(), recoverable=False)
 @example(report="[root cause] lost peer with a lone surrogate", role=Role.VICTIM,
-         timestamp_ns=DEFAULT_TIMESTAMP_NS, lost=(LostPeer(0, "pod-\udcff\x1b[2J" + "x" * 300, None),),
+         timestamp_ns=DEFAULT_TIMESTAMP_NS, lost=(LostPod(0, "pod-\udcff\x1b[2J" + "x" * 300, None),),
          recoverable=True)
 def test_any_root_cause_error_is_keyed_as_the_reader_parses_it(
-    report: str, role: Role, timestamp_ns: int | None, lost: tuple[LostPeer, ...], recoverable: bool
+    report: str, role: Role, timestamp_ns: int | None, lost: tuple[LostPod, ...], recoverable: bool
 ) -> None:
     assert_every_key_is_the_readers(
         root_cause_error(report, role=role, timestamp_ns=timestamp_ns, lost=lost, recoverable=recoverable)
@@ -226,7 +226,7 @@ def test_any_root_cause_error_is_keyed_as_the_reader_parses_it(
         (FlyteUserRuntimeException(ValueError("bad batch 7")), Role.CANDIDATE),
         # an unmarked message gets the reader's default role for unmarked messages: its text patterns
         (FlyteUserRuntimeException(RuntimeError("gloo: connection reset by peer")), Role.VICTIM),
-        (FlyteUserRuntimeException(RuntimeError("[lost pod] said the user")), Role.LOST_PEER),
+        (FlyteUserRuntimeException(RuntimeError("[lost pod] said the user")), Role.LOST_POD),
         (FlyteUserRuntimeException(FlyteRecoverableException("retry me")), Role.CANDIDATE),
         (FlyteNonRecoverableSystemException(ValueError("inputs unreadable")), Role.CANDIDATE),
         (KeyError("\x00\udc80 hostile"), Role.CANDIDATE),
@@ -236,7 +236,7 @@ def test_a_plain_errors_key_is_read_from_flytekits_own_message_and_time(exc: Exc
     hooks = planner()
     staged = staged_by_flytekit(hooks, exc)
     plan = hooks.staged_plan()
-    assert plan is not None and plan.testimony is None and plan.lost_peer_documents == ()
+    assert plan is not None and plan.testimony is None and plan.lost_pod_documents == ()
     assert plan.listing_key == listing_key_for(staged)
     assert plan.listing_key is not None and plan.listing_key.role == role
     stamp = errors_pb2.ErrorDocument.FromString(staged).error.timestamp
@@ -278,14 +278,14 @@ def test_a_last_resort_hang_without_a_failure_is_keyed_as_the_reader_parses_it()
     plan, document = last_resort_document(Hung("hung"), WORKER)
     assert plan.listing_key == listing_key_for(document)
     assert plan.listing_key is not None and plan.listing_key.role == Role.VICTIM
-    assert plan.lost_peer_documents == ()
+    assert plan.lost_pod_documents == ()
 
 
-# --- the lost peers' documents: straight from the exception, as the old parsing path wrote them ----------
+# --- the lost pods' documents: straight from the exception, as the old parsing path wrote them ----------
 
 
-def parsed_lost_peer_documents(document: bytes) -> list[tuple[str, bytes]]:
-    """The documents the entrypoint wrote for lost peers before plans (at 6ce588a): by parsing the
+def parsed_lost_pod_documents(document: bytes) -> list[tuple[str, bytes]]:
+    """The documents the entrypoint wrote for lost pods before plans (at 6ce588a): by parsing the
     pod's own serialized document and reading its testimony back out of the message text."""
     parsed = errors_pb2.ErrorDocument()
     parsed.ParseFromString(document)
@@ -296,8 +296,8 @@ def parsed_lost_peer_documents(document: bytes) -> list[tuple[str, bytes]]:
     noticed = said.failed_at_ns if said.failed_at_ns is not None else time.time_ns()
     written = []
     for peer in said.lost:
-        peer_testimony = for_lost_peer(peer, noticed_ns=noticed, reported_by=reporter, members=said.members)
-        report = f"{role_marker(Role.LOST_PEER)} {describe_lost_peer(peer, noticed_ns=noticed, reported_by=reporter)}"
+        peer_testimony = for_lost_pod(peer, noticed_ns=noticed, reported_by=reporter, members=said.members)
+        report = f"{role_marker(Role.LOST_POD)} {describe_lost_pod(peer, noticed_ns=noticed, reported_by=reporter)}"
         container = errors_pb2.ContainerError(
             code=LOST_POD_CODE,
             message=with_testimony(report, peer_testimony),
@@ -315,12 +315,12 @@ def parsed_lost_peer_documents(document: bytes) -> list[tuple[str, bytes]]:
     [
         root_cause_error(),
         root_cause_error("[root cause] rank 1 raised", role=Role.CANDIDATE, recoverable=False),
-        root_cause_error(lost=(LostPeer(5, "pod with spaces/and slashes", None),)),
+        root_cause_error(lost=(LostPod(5, "pod with spaces/and slashes", None),)),
         root_cause_error(timestamp_ns=None),  # noticed: now (frozen below)
         root_cause_error(lost=()),
     ],
 )
-def test_lost_peer_documents_are_the_ones_the_parsing_path_wrote(
+def test_lost_pod_documents_are_the_ones_the_parsing_path_wrote(
     error: RootCauseError, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(time, "time_ns", lambda: DEFAULT_TIMESTAMP_NS + 7)
@@ -328,27 +328,27 @@ def test_lost_peer_documents_are_the_ones_the_parsing_path_wrote(
     staged = staged_by_flytekit(hooks, FlyteUserRuntimeException(error))
     plan = hooks.staged_plan()
     assert plan is not None
-    assert [(lost.worker, lost.data) for lost in plan.lost_peer_documents] == parsed_lost_peer_documents(staged)
+    assert [(lost.worker, lost.data) for lost in plan.lost_pod_documents] == parsed_lost_pod_documents(staged)
     last_plan, last_resort = last_resort_document(error, WORKER)
-    assert [(lost.worker, lost.data) for lost in last_plan.lost_peer_documents] == parsed_lost_peer_documents(
+    assert [(lost.worker, lost.data) for lost in last_plan.lost_pod_documents] == parsed_lost_pod_documents(
         last_resort
     )
-    assert len(plan.lost_peer_documents) == len(error.lost_peers)
+    assert len(plan.lost_pod_documents) == len(error.lost_pods)
 
 
-def test_a_hostile_lost_peer_name_still_gives_a_bounded_document() -> None:
+def test_a_hostile_lost_pod_name_still_gives_a_bounded_document() -> None:
     """A peer's name comes from another pod's environment: control characters, a lone surrogate
     (which protobuf refuses to encode) and any length must still give a document the reader reads."""
-    peer = LostPeer(0, "pod-\udcff\x1b[2J\n" + "é" * 250, None)
+    peer = LostPod(0, "pod-\udcff\x1b[2J\n" + "é" * 250, None)
     plan, _ = last_resort_document(root_cause_error(lost=(peer,)), WORKER)
-    (written,) = plan.lost_peer_documents
+    (written,) = plan.lost_pod_documents
     container = errors_pb2.ErrorDocument.FromString(written.data).error
     assert utf8_size(container.message) <= MAX_REPORT_BYTES
     assert container.message.startswith("[lost pod] pod pod-\\udcff\\x1b[2J\n")
     assert container.worker == display_worker_name(peer.worker)
     assert read_testimony(container.message) == written.plan.testimony
     assert written.plan.listing_key == listing_key_for(written.data)
-    assert written.plan.listing_key == ListingKey(Role.LOST_PEER, DEFAULT_TIMESTAMP_NS)
+    assert written.plan.listing_key == ListingKey(Role.LOST_POD, DEFAULT_TIMESTAMP_NS)
 
 
 # --- the pod side needs nothing of the reader -----------------------------------------------------------

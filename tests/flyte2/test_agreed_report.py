@@ -7,7 +7,7 @@ import itertools
 
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.roles import rank_from_report
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord, agreed_report
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.selection import RetryRule
@@ -65,7 +65,7 @@ def test_by_flyte_2_s_rule_only_a_root_cause_that_forbids_retries_is_not_recover
 
 def test_a_pod_that_said_nothing_and_that_its_peers_found_lost_is_the_root_cause() -> None:
     members = (Member(0, "pod-0", 0, 2, True), Member(1, "pod-1", 2, 2))
-    lost = (LostPeer(1, "pod-1", T0 - S),)
+    lost = (LostPod(1, "pod-1", T0 - S),)
     report = agreed_report([PodWord("pod-0", (VICTIM_0,), lost, members)])
     assert report.message.startswith("[lost pod] rank 2 (ranks 2-3) (group rank 1) on worker pod-1 ")
     assert rootcause_verdict(report.message) == ("pod-1", None) and rank_from_report(report.message) is None
@@ -73,13 +73,13 @@ def test_a_pod_that_said_nothing_and_that_its_peers_found_lost_is_the_root_cause
 
 
 def test_a_peer_found_lost_that_spoke_after_all_is_not_named_lost() -> None:
-    said_lost = PodWord("pod-0", (VICTIM_0,), (LostPeer(1, "pod-1", None),))
+    said_lost = PodWord("pod-0", (VICTIM_0,), (LostPod(1, "pod-1", None),))
     report = agreed_report([said_lost, PodWord("pod-1", (ROOT,))])
     assert report.message.startswith("[root cause] rank 3 ") and "is lost" not in report.message
 
 
 def test_words_and_reports_survive_the_store_and_garbage_is_refused() -> None:
-    word = PodWord("pod-0", (VICTIM_0,), (LostPeer(1, "pod-1", None),), (Member(0, "pod-0", 0, 2, True),))
+    word = PodWord("pod-0", (VICTIM_0,), (LostPod(1, "pod-1", None),), (Member(0, "pod-0", 0, 2, True),))
     assert PodWord.from_json(word.to_json()) == word
     report = agreed_report(WORDS)
     assert AgreedReport.from_json(report.to_json()) == report

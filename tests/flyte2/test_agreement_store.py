@@ -11,7 +11,7 @@ import time
 
 from torch.distributed import TCPStore
 
-from rootcause_core.testimony import LostPeer
+from rootcause_core.testimony import LostPod
 from rootcause_engine.agent.agreement import reach_agreement
 from rootcause_engine.agent.diagnosis.agreed import AgreedReport, PodWord
 from rootcause_engine.agent.peer_watch import PeerWatch
@@ -21,7 +21,7 @@ from tests.flyte2.test_agreed_report import ROOT, VICTIM_0, VICTIM_1
 
 
 def pod(worker: str, store: TCPStore, rank: int, world: int, *, hosts_store: bool = False) -> PeerWatch:
-    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=0.05, silence_limit_s=None)
+    peers = PeerWatch(worker, hosts_store=lambda: hosts_store, interval_s=0.05, lost_after_s=None)
     peers.joined(JoinedRound(store, rank, world, (2 * rank, 2 * rank + 1)))
     return peers
 
@@ -84,7 +84,7 @@ def test_a_pod_that_cannot_reach_the_store_writes_its_own_word_without_raising()
 def test_a_pod_does_not_wait_for_a_peer_its_diagnosis_found_lost() -> None:
     store = master_store()
     survivor = pod("pod-0", store, 0, 2, hosts_store=True)
-    word = PodWord("pod-0", (VICTIM_0,), (LostPeer(1, "pod-1", None),))
+    word = PodWord("pod-0", (VICTIM_0,), (LostPod(1, "pod-1", None),))
     try:
         started = time.monotonic()
         report = reach_agreement(survivor, word, timeout_s=60.0)

@@ -158,9 +158,9 @@ def test_a_pod_that_vanishes_whole_is_named_by_its_peers(pod: str, nnodes: int, 
     read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
     assert not read.skipped, read.skipped
     root = read.failures[0]
-    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_POD), logs
     assert root.recoverable and "no error file from this pod" in root.message, logs
-    assert all(f.role in (Role.LOST_PEER, Role.VICTIM) for f in read.failures), logs
+    assert all(f.role in (Role.LOST_POD, Role.VICTIM) for f in read.failures), logs
     assert {f.worker for f in read.failures if f.role == Role.VICTIM} == (
         {pod_name for pod_name in (f"train-worker-{i}" for i in range(nnodes)) if pod_name != result.injected_worker}
     ), logs
@@ -196,7 +196,7 @@ def test_a_pod_that_freezes_is_named_by_its_peers_long_before_any_collective_tim
     read = RemoteFileOutputReader(result.output_prefix, expected_workers=nnodes, settle_timeout=10).read_all()
     assert not read.skipped, read.skipped
     root = read.failures[0]
-    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_POD), logs
     assert root.recoverable, logs
     assert {f.worker for f in read.failures if f.role == Role.VICTIM} == {p.name for p in survivors}, logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
@@ -215,7 +215,7 @@ def test_a_pod_lost_before_the_process_group_forms_is_named_by_its_silence_not_t
     logs = f"pod logs in {result.sim_dir}"
     read = RemoteFileOutputReader(result.output_prefix, expected_workers=3, settle_timeout=10).read_all()
     root = read.failures[0]
-    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_PEER), logs
+    assert (root.worker, root.role) == (result.injected_worker, Role.LOST_POD), logs
     console = earliest_error(result.output_prefix, result.spec.store.filesystem())
     assert console is not None and console.worker == result.injected_worker, f"Go rule: {console}; {logs}"
 

@@ -46,11 +46,11 @@ def test_a_node_still_restarting_when_the_training_finished_says_so(tmp_path: ob
 def test_a_verdict_of_a_later_world_s_peer_watch_names_the_node_not_its_rank_there(tmp_path: object) -> None:
     """A world with a pod that joined the running job has its own peer watch, ranking its members
     densely (nodes 0, 2, 3 are ranks 0, 1, 2): a verdict on rank 2 takes node 3 out, not node 2."""
-    from rootcause_core.testimony import LostPeer
+    from rootcause_core.testimony import LostPod
 
     session = _session(tmp_path)
-    session.peers_lost((LostPeer(2, "pod-2", None),))
+    session.peers_lost((LostPod(2, "pod-2", None),))
     assert [peer.group_rank for peer in session.take_lost()] == [2]  # the first world: rank is node
     session.peer_nodes = (0, 2, 3)
-    session.peers_lost((LostPeer(2, "pod-2", 5), LostPeer(7, "odd", None)))
+    session.peers_lost((LostPod(2, "pod-2", 5), LostPod(7, "odd", None)))
     assert [(peer.group_rank, peer.worker) for peer in session.take_lost()] == [(3, "pod-2"), (7, "odd")]

@@ -23,7 +23,7 @@ from typing import Any
 
 from rootcause_core.ordering import Role, TimeSource, order_failures
 from rootcause_core.roles import LOST_LINK_MARKER, role_marker
-from rootcause_core.testimony import LostPeer, Member, describe_lost_peer, lost_peer_from_entry, member_from_entry
+from rootcause_core.testimony import LostPod, Member, describe_lost_pod, lost_pod_from_entry, member_from_entry
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.pipeline import Diagnosis
 from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
@@ -63,9 +63,9 @@ def _time_or_none(value: object) -> bool:
     return value is None or as_time_ns(value) is not None
 
 
-def _lost_peer(entry: object) -> LostPeer | None:
-    """A lost peer of a pod's word (:func:`lost_peer_from_entry`), its last-seen time a wall-clock time."""
-    peer = lost_peer_from_entry(entry)
+def _lost_pod_in_word(entry: object) -> LostPod | None:
+    """A lost pod of a pod's word (:func:`lost_pod_from_entry`), its last-seen time a wall-clock time."""
+    peer = lost_pod_from_entry(entry)
     return peer if peer is not None and _time_or_none(peer.last_seen_ns) else None
 
 
@@ -91,12 +91,12 @@ class PodWord:
 
     worker: str
     failures: tuple[WorkerFailure, ...]
-    lost_peers: tuple[LostPeer, ...] = ()
+    lost_pods: tuple[LostPod, ...] = ()
     members: tuple[Member, ...] = ()
 
     @classmethod
     def of(cls, worker: str, diagnosis: Diagnosis) -> PodWord:
-        return cls(worker, diagnosis.failures, diagnosis.lost_peers, diagnosis.members)
+        return cls(worker, diagnosis.failures, diagnosis.lost_pods, diagnosis.members)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -104,7 +104,7 @@ class PodWord:
                 "format": FORMAT,
                 "worker": self.worker,
                 "failures": [failure_to_json(f) for f in self.failures],
-                "lost": [peer.entry() for peer in self.lost_peers],
+                "lost": [peer.entry() for peer in self.lost_pods],
                 "members": [member.entry() for member in self.members],
             }
         )
@@ -112,7 +112,7 @@ class PodWord:
     @classmethod
     def from_json(cls, text: str | bytes) -> PodWord | None:
         """The word in ``text``; ``None`` for anything that is not one (a stray, torn or forged
-        value, a failure that is not one included: the failures are what a word says). A lost peer
+        value, a failure that is not one included: the failures are what a word says). A lost pod
         or member that is not valid is left out, the rest kept, as in a testimony."""
         data = _format_1(text)
         worker = None if data is None else as_str(data.get("worker"))
@@ -125,7 +125,7 @@ class PodWord:
         return cls(
             worker=worker,
             failures=parsed,
-            lost_peers=_valid(data.get("lost"), _lost_peer),
+            lost_pods=_valid(data.get("lost"), _lost_pod_in_word),
             members=_valid(data.get("members"), member_from_entry),
         )
 
@@ -219,7 +219,7 @@ def agreed_report(
         worker, rank, at = root.worker, root.global_rank, root.timestamp_ns
         recoverable = is_recoverable(failures, retry_rule)
     for peer in lost:
-        sections.append(describe_lost_peer(peer, noticed_ns=noticed or 0))
+        sections.append(describe_lost_pod(peer, noticed_ns=noticed or 0))
     sections.append(f"Agreed by the failing pods: {', '.join(testified)}.")
     return AgreedReport(
         message="\n\n".join(sections),
@@ -232,11 +232,11 @@ def agreed_report(
     )
 
 
-def _lost_pods(words: Sequence[PodWord], testified: set[str]) -> list[LostPeer]:
+def _lost_pods(words: Sequence[PodWord], testified: set[str]) -> list[LostPod]:
     """The peers some pod found lost and that said nothing themselves, by group rank (one each)."""
-    found: dict[str, LostPeer] = {}
+    found: dict[str, LostPod] = {}
     for word in words:
-        for peer in word.lost_peers:
+        for peer in word.lost_pods:
             if peer.worker in testified:
                 continue
             known = found.get(peer.worker)
@@ -249,7 +249,7 @@ def _first_rank(member: Member | None) -> int | None:
     return None if member is None else member.first_rank
 
 
-def _lost_pod_line(peer: LostPeer, member: Member | None, noticed_ns: int | None) -> str:
+def _lost_pod_line(peer: LostPod, member: Member | None, noticed_ns: int | None) -> str:
     """The first line for a lost pod: marker, its ranks, when it was last seen, what is known."""
     ranks = "rank ?" if member is None else _ranks(member)
     at = peer.last_seen_ns if peer.last_seen_ns is not None else noticed_ns
@@ -259,7 +259,7 @@ def _lost_pod_line(peer: LostPeer, member: Member | None, noticed_ns: int | None
             f"{peer.group_rank}) was lost at {format_time(noticed_ns)}: both pods lived and each lost its only peer"
         )
     return (
-        f"{role_marker(Role.LOST_PEER)} {ranks} (group rank {peer.group_rank}) on worker {peer.worker} "
+        f"{role_marker(Role.LOST_POD)} {ranks} (group rank {peer.group_rank}) on worker {peer.worker} "
         f"failed at {format_time(at)} (last seen alive): the pod wrote nothing and every other pod lost it"
     )
 

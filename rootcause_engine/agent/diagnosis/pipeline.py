@@ -11,7 +11,7 @@ found frozen, a world change) is a new trigger, not a new pipeline. The steps, i
    announced;
 3. when only victims failed here, ask which peer pods are gone (a lost node leaves no file);
 4. say "done" to the peers (last: a peer that outlives this pod's store would take it for lost);
-5. write the report (:mod:`.report`): root cause first, the lost peers, the notes the road adds
+5. write the report (:mod:`.report`): root cause first, the lost pods, the notes the road adds
    (the agent's own failure, the hang, the soft restarts before), the agent's timeline.
 
 The result is a :class:`Diagnosis`, plain data: a front-end (the flytekit plugin) turns it into its
@@ -30,7 +30,7 @@ from typing import Protocol
 from rootcause_core.collectives import CollectivePosition
 from rootcause_core.ordering import Role, order_failures
 from rootcause_core.roles import role_marker
-from rootcause_core.testimony import LostPeer, Member, describe_lost_peer
+from rootcause_core.testimony import LostPod, Member, describe_lost_pod
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 from rootcause_engine.agent.diagnosis.hang import HangVerdict, stalled_collective
@@ -46,9 +46,9 @@ class Trigger(enum.Enum):
     WORKER_FAILED = "torch reported a failed worker"
     STORE_LOST = "the agent lost the rendezvous store"
     AGENT_HUNG = "the agent watchdog found the agent hung"
-    PEER_LOST = "a peer pod was lost (its processes ended without a word, or it fell silent: a frozen or cut-off node)"
+    POD_LOST = "a peer pod was lost (its processes ended without a word, or it fell silent: a frozen or cut-off node)"
     SOFT_RESTART = "a failure a soft restart may heal"
-    PREEMPTED = "the pod was stopped by its kubelet (SIGTERM: preemption, drain, eviction or deletion)"
+    STOPPED = "the pod was stopped by its kubelet (SIGTERM: preemption, drain, eviction or deletion)"
     HUNG_RANK = "a rank made no progress while its peers waited for it (before any collective timed out)"
 
 
@@ -65,7 +65,7 @@ class PeerFailures(Protocol):
 class LostPodSearch(Protocol):
     """Which other pods are gone (``PeerWatch.lost_pods`` answers)."""
 
-    def search(self) -> tuple[LostPeer, ...]: ...
+    def search(self) -> tuple[LostPod, ...]: ...
 
 
 class PeerTestimony(Protocol):
@@ -98,7 +98,7 @@ class Diagnosis:
 
     ``failures`` root cause first; empty only for a hung agent none of whose workers failed.
     ``report`` is the text people read (its first line names the root cause behind its role
-    marker); ``members`` and ``lost_peers`` are what this pod testifies about the other pods;
+    marker); ``members`` and ``lost_pods`` are what this pod testifies about the other pods;
     ``restarts`` the soft restarts the job went through before.
     """
 
@@ -107,7 +107,7 @@ class Diagnosis:
     report: str
     recoverable: bool
     members: tuple[Member, ...] = ()
-    lost_peers: tuple[LostPeer, ...] = ()
+    lost_pods: tuple[LostPod, ...] = ()
     restarts: tuple[RestartRow, ...] = ()
 
     @property
@@ -131,21 +131,21 @@ def report_for(
     trigger: Trigger = Trigger.WORKER_FAILED,
     notes: Sequence[str] = (),
     members: Sequence[Member] = (),
-    lost_peers: Sequence[LostPeer] = (),
+    lost_pods: Sequence[LostPod] = (),
     restarts: Sequence[RestartRow] = (),
     retry_rule: RetryRule = RetryRule.ON_REQUEST,
 ) -> Diagnosis:
     """The diagnosis of ranked ``failures`` (root cause first; at least one).
 
-    The first line, which readers parse, stays the root cause's; lost peers get a paragraph of
+    The first line, which readers parse, stays the root cause's; lost pods get a paragraph of
     their own, then each note in order.
     """
     if not failures:
         raise ValueError("a root-cause report needs at least one failure")
     message = format_root_cause_message(list(failures))
-    if lost_peers:
+    if lost_pods:
         noticed = failures[0].timestamp_ns or time.time_ns()
-        message += "\n\n" + "\n".join(describe_lost_peer(peer, noticed_ns=noticed) for peer in lost_peers)
+        message += "\n\n" + "\n".join(describe_lost_pod(peer, noticed_ns=noticed) for peer in lost_pods)
     for note in notes:
         if note:
             message += "\n\n" + note
@@ -155,7 +155,7 @@ def report_for(
         report=message,
         recoverable=is_recoverable(failures, retry_rule),
         members=tuple(members),
-        lost_peers=tuple(lost_peers),
+        lost_pods=tuple(lost_pods),
         restarts=tuple(restarts),
     )
 
@@ -231,7 +231,7 @@ def diagnose(
         trigger=trigger,
         notes=[*notes, agent_timeline(record, failures)],
         members=members,
-        lost_peers=lost,
+        lost_pods=lost,
         restarts=restarts,
         retry_rule=retry_rule,
     )

@@ -23,7 +23,7 @@ from rootcause_core.safe_text import exception_summary
 from rootcause_core.worker_names import current_worker_name
 from rootcause_engine.agent.diagnosis.failures import WorkerFailure
 
-PREEMPTION_MESSAGE = (
+STOP_MESSAGE = (
     "preempted: the pod received SIGTERM from its kubelet (a spot or preemptible node reclaimed, a node "
     "drain, an eviction or a deletion); nothing in the training failed, so a retry on another node may succeed"
 )
@@ -44,11 +44,11 @@ RENDEZVOUS_TIMEOUT_MESSAGE = (
 RENDEZVOUS_CLOSED_MESSAGE = "the rendezvous{at} was closed by another pod's agent, which ended the job"
 
 
-def preemption_failure(received_ns: int, *, first_rank: int | None, signals: int = 1) -> WorkerFailure:
+def stop_failure(received_ns: int, *, first_rank: int | None, signals: int = 1) -> WorkerFailure:
     """This pod's stop as a failure: a root-cause candidate at the moment the first SIGTERM came,
     recoverable (Flyte retries it), named by the pod's first global rank when the rendezvous gave it one."""
     more = f" ({signals} SIGTERMs)" if signals > 1 else ""
-    return _pod_failure(PREEMPTION_MESSAGE + more, received_ns, Role.CANDIDATE, global_rank=first_rank,
+    return _pod_failure(STOP_MESSAGE + more, received_ns, Role.CANDIDATE, global_rank=first_rank,
                         signal_number=signal.SIGTERM)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 from torch.distributed import TCPStore
 
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.bounded_store import BoundedStore
 from rootcause_engine.agent.failure_announcements import FailureAnnouncements
 from rootcause_engine.agent.isolation_gate import IsolationGate
@@ -26,7 +26,7 @@ INTERVAL_S = 0.05
 SILENCE_S = 0.5
 
 
-def _beat(port: int, rank: int, told: list[tuple[LostPeer, ...]]) -> LivenessBeat:
+def _beat(port: int, rank: int, told: list[tuple[LostPod, ...]]) -> LivenessBeat:
     own = Member(rank, f"w{rank}", rank, 1, rank == 0)
     peer_round = PeerRound(own, 2, BoundedStore(client(port), 5.0), store_lock=threading.Lock(),
                            members_lock=threading.Lock())
@@ -38,12 +38,12 @@ def _beat(port: int, rank: int, told: list[tuple[LostPeer, ...]]) -> LivenessBea
     gate = IsolationGate(own.worker, contact=f"c{rank}", board=None, wait_s=0.1, probe=probe)
     verdicts = LostVerdicts(peer_round, gate, witnesses=False, told=told.append, lock=threading.Lock())
     return LivenessBeat(peer_round, verdicts, FailureAnnouncements(peer_round), interval_s=INTERVAL_S,
-                        silence_limit_s=SILENCE_S, links=False, failed_pods_live_on=lambda: False,
+                        lost_after_s=SILENCE_S, links=False, failed_pods_live_on=lambda: False,
                         peer_failed=lambda: None, guard=LoopGuard("peer watch"))
 
 
 def test_a_peer_whose_heartbeat_stops_is_named_by_its_watcher(store_server: TCPStore) -> None:
-    told: list[tuple[LostPeer, ...]] = []
+    told: list[tuple[LostPod, ...]] = []
     watcher, watched = _beat(store_server.port, 0, told), _beat(store_server.port, 1, [])
     watcher.start(on_death=lambda error: None)
     watched.start(on_death=lambda error: None)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from torch.distributed import TCPStore
 
-from rootcause_core.testimony import LostPeer, Member
+from rootcause_core.testimony import LostPod, Member
 from rootcause_engine.agent.bounded_store import BoundedStore
 from rootcause_engine.agent.isolation_gate import IsolationGate
 from rootcause_engine.agent.lost_verdict import LostVerdicts
@@ -25,7 +25,7 @@ def _round(port: int, rank: int) -> PeerRound:
                      store_lock=threading.Lock(), members_lock=threading.Lock())
 
 
-def _verdicts(peer_round: PeerRound, reached: int, told: list[tuple[LostPeer, ...]]) -> LostVerdicts:
+def _verdicts(peer_round: PeerRound, reached: int, told: list[tuple[LostPod, ...]]) -> LostVerdicts:
     def probe(endpoints: Sequence[LinkEndpoint]) -> int:
         return min(reached, len(endpoints))
 
@@ -44,15 +44,15 @@ def _joined(port: int) -> PeerRound:
 
 
 def test_a_pod_that_reaches_its_witnesses_names_the_silent_one_and_publishes_it(store_server: TCPStore) -> None:
-    told: list[tuple[LostPeer, ...]] = []
+    told: list[tuple[LostPod, ...]] = []
     pod = _joined(store_server.port)
     verdicts = _verdicts(pod, reached=WORLD, told=told)
     verdicts.learn_witnesses()
-    found = verdicts.accuse({1: LostPeer(1, "w1", 5)}, publish=True)
-    assert found == {1: LostPeer(1, "w1", 5)}
+    found = verdicts.accuse({1: LostPod(1, "w1", 5)}, publish=True)
+    assert found == {1: LostPod(1, "w1", 5)}
     verdicts.record(found)
-    assert verdicts.declared() == (LostPeer(1, "w1", 5),) and verdicts.is_declared(1) and verdicts.lost == {1}
-    assert told == [(LostPeer(1, "w1", 5),)]
+    assert verdicts.declared() == (LostPod(1, "w1", 5),) and verdicts.is_declared(1) and verdicts.lost == {1}
+    assert told == [(LostPod(1, "w1", 5),)]
     reader = _round(store_server.port, 2)
     reader.refresh()
     others = _verdicts(reader, reached=WORLD, told=[])
@@ -64,7 +64,7 @@ def test_a_pod_that_reaches_none_of_its_witnesses_is_the_one_cut_off_and_names_n
     pod = _joined(store_server.port)
     verdicts = _verdicts(pod, reached=0, told=[])
     verdicts.learn_witnesses()
-    assert verdicts.accuse({1: LostPeer(1, "w1", 5)}, publish=True) == {}
+    assert verdicts.accuse({1: LostPod(1, "w1", 5)}, publish=True) == {}
     note = verdicts.cut_off_note()
     assert note is not None and note.startswith("This pod was cut off from its peers at ")
     assert verdicts.declared() == () and verdicts.accuse({}, publish=False) == {}
