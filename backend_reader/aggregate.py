@@ -1,16 +1,10 @@
 """Collect parsed error files into an ordered result, with memory bounded per failure.
 
-Pure (no I/O): the reader feeds it outcomes as reads complete, in any order, and the result does
-not depend on that order.
-
-Memory: a failure's message may be up to 100 KiB after propeller's cut, and a job may have
-thousands of workers. Only the root cause's full message is reported, so the collector keeps the
-full message of the best failure seen so far and shortens every other one to ``summary_bytes``
-(head and tail, like propeller's cut) as soon as it is known not to be the root cause.
-
-``error.pb``: next to per-worker files, our plugin's ``error.pb`` is a create-if-absent copy of
-one worker's document (for backends that read only that file). It is held back and counted only
-if no other file has the same content, so the copy never shows up as one more failure.
+A job may have thousands of workers, each with a message of up to 100 KiB. Only the root cause's full
+message is reported. So the collector keeps the full message of the best failure so far. It shortens
+every other one as soon as it cannot be the root cause. It is pure: reads arrive in any order, and the
+result does not depend on that order. Our ``error.pb`` copies one worker's document. So it counts only
+when no other file has its content. ``docs/backend_reader.md`` has the details.
 """
 
 from __future__ import annotations

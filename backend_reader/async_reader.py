@@ -1,27 +1,11 @@
 """``AsyncRemoteFileOutputReader``: propeller's view of a task's outputs and errors, as coroutines.
 
-Mirrors the interface of Flyte's Go ``ioutils.RemoteFileOutputReader`` (``IsError``,
-``ReadError``, ``Exists``, ``Read``) and adds ``failures()``: every worker's failure in
-root-cause order. Where Go lists the error files, then HEADs and reads them one at a time, fails
-the whole call on one bad file, breaks ties by listing order and treats a missing time as 1970,
-this reader:
-
-- lists (server-side name prefix, paginated by the client library) and reads with at most
-  ``max_concurrency`` requests in flight (:mod:`backend_reader.batch_read`); files over
-  ``max_payload_bytes`` are skipped from their listed size, before any download, so memory stays
-  near ``max_concurrency * max_payload_bytes`` plus one short record per failure;
-- reports every unusable file in ``skipped`` with a reason and carries on;
-- orders with the shared rule (:mod:`rootcause_core.ordering`);
-- ``read_error`` (propeller's call) downloads only the files that can still hold the root cause:
-  the plugin names each file with its role and time (:mod:`rootcause_core.error_files`), so one
-  listing ranks them and one download usually settles it (:mod:`backend_reader.read_plan`); files
-  without such a name are always read, and the answer equals reading everything;
-- can wait for late files: with ``expected_workers``, it polls the listing until that many error
-  files exist or ``settle_timeout`` seconds pass, then decides with what is there.
-
-Nothing is cached between calls: each call looks at the store again, as files may still be
-arriving. Synchronous callers use :class:`backend_reader.reader.RemoteFileOutputReader`, which
-runs these coroutines.
+Flyte's Go reader reads error files one at a time and fails the whole call on one bad file. It breaks
+ties by listing order and treats a missing time as 1970. This reader mirrors the Go interface and adds
+``failures()``, every failure in root-cause order. It reads concurrently with bounded memory, skips
+bad files with a reason, and orders with the shared rule. ``read_error`` downloads only the files
+that can still hold the root cause. Nothing is cached, since files may still be arriving.
+``docs/backend_reader.md`` has the details.
 """
 
 from __future__ import annotations

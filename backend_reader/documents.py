@@ -1,17 +1,10 @@
 """Parse and validate one error file into a failure record, or say why it was skipped.
 
-An error file should hold a ``flyteidl.core.errors_pb2.ErrorDocument``. Object stores hold what
-anyone wrote, so every way a file can be wrong ends in a :class:`SkippedFile` with a reason, never
-an exception: empty, not protobuf (corrupt or truncated), a different message that happens to
-parse (protobuf accepts many byte strings), an enum value Flyte does not define, an impossible
-timestamp. The checks for "a different message" are heuristics a real writer never trips: no
-unknown fields, a ``ContainerError`` present with a code or a message, and, for a document that
-carries nothing but a code and a message, no binary control characters in those strings (an
-``outputs.pb`` parsed as an ErrorDocument looks exactly like that). A document with an origin, a
-time or a worker is a real writer's: it is never refused for what its strings contain, which are
-made safe for showing instead (``safe_text``), since a user's exception may hold any character.
-
-Pure: bytes in, record out, so it is tested without storage.
+Object stores hold what anyone wrote. So every way a file can be wrong ends in a :class:`SkippedFile`
+with a reason, never an exception. Protobuf parses many byte strings. So a few heuristics tell a
+foreign message from an ``ErrorDocument``, and a real writer never trips them. A real writer's document
+is never refused for its strings. They are made safe for showing instead. It is pure: bytes in, record
+out, so it is tested without storage. ``docs/backend_reader.md`` lists the checks.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Which error files ``read_error`` downloads, batch by batch: the pure half of the root-cause read.
 
-Files whose names carry a listing key (``rootcause_core.error_files``) are grouped by that key's
-role and time; files without one can hold anything, so they are always read. Reading goes:
-
-1. every unkeyed file and the lowest keyed group (its files tie on role and time, and the full rule
-   breaks the tie by rank, worker and file);
-2. the next group only while the best failure read so far does not sort before it: that happens
-   when every file of the earlier groups was unusable (corrupt, deleted, unreadable), or when an
-   unkeyed file ties with the next group;
-3. everything left at once if a file read disagrees with its own name: names cannot be trusted
-   then, and the answer must not depend on them.
-
-The result equals reading every file (tests check this on random listings), with one listing and,
-for a run of our writers, one download.
+Reading every error file of a large job costs one request per file. But the plugin's file names carry
+a listing key, the failure's role and time. So the plan reads the unkeyed files and the lowest keyed
+group first, and more only when needed. If a file disagrees with its own name, it reads everything
+left. The result equals reading every file, usually with one listing and one download.
+``docs/backend_reader.md`` gives the steps.
 """
 
 from __future__ import annotations

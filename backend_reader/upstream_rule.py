@@ -1,23 +1,10 @@
 """Flyte's own Go rule for an aggregated error read, ported: what propeller reports *without* us.
 
-flyteplugins (v1.16.8, ``pluginmachinery/ioutils/remote_file_output_reader.go``), with the
-``Earliest`` error aggregation strategy, reads a task attempt's error like this:
-
-1. list the keys starting with ``<dir of error.pb>/error`` and keep those ending in ``.pb``, in
-   the store's listing order (lexicographic on object stores);
-2. read each as an ``ErrorDocument``; one file that cannot be read (missing, larger than the
-   payload limit, 2 MB by default, or not a protobuf, which includes a string that is not valid
-   UTF-8) fails the whole call;
-3. keep the document with the strictly earliest ``ContainerError.timestamp`` (on a tie the first
-   listed stays); a document without a timestamp counts as 1970-01-01 and so wins over any real
-   time; a document without a ``ContainerError`` becomes ``ErrorFileBadFormat`` (system,
-   recoverable) at 1970;
-4. copy code, message, origin (as the kind), timestamp and worker into the ``ExecutionError``;
-   recoverable when the container error's kind is ``RECOVERABLE``.
-
-Use it to check what a stock propeller would say about files this plugin wrote (tests, the e2e
-benchmark), or to compare against :class:`backend_reader.RemoteFileOutputReader`. It reads only
-through an fsspec filesystem and imports neither flytekit nor torch.
+To show what this plugin changes, we must know what a stock propeller would say about the same files.
+So this module ports flyteplugins' ``Earliest`` aggregation: list, read each file, keep the strictly
+earliest timestamp. Use it in tests and the e2e benchmark, or to compare with
+:class:`backend_reader.RemoteFileOutputReader`. It reads only through an fsspec filesystem and
+imports neither flytekit nor torch. ``docs/backend_reader.md`` gives the steps it ports.
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """``ElasticRootCauseFunctionTask``: kfpytorch's elastic task that reports the true first failure.
 
-It reuses kfpytorch's ``_execute`` unchanged and adds, around it, the engine's observers
-(:class:`rootcause_engine.agent.launch_session.LaunchSession`, shared with Flyte 2's flavour):
-
-1. the user's function is wrapped in :class:`RecordingTaskFunction`, so every worker records its
-   exception with a nanosecond time, ranks and host (kfpytorch pickles or calls whatever
-   ``_task_function`` holds, on both start methods: swapped for the launch by
-   :func:`flytekitplugins_rootcause.upstream.kfpytorch.task_function_swapped`); the worker-side
-   hooks (process settings, the straggler pre-check) run there first;
-2. the launch is observed (:mod:`rootcause_engine.agent.launch_observer`): every worker
-   pid is watched for its exact exit, teardown start is noted, and teardown uses ``teardown_grace_s``
-   instead of torch's 30 s;
-3. the NCCL/process settings of :mod:`process_settings` are put in the agent's environment (where
-   unset) for the launch, and the agent watchdog (:mod:`watchdog`) guards it;
-4. when kfpytorch reports a failure, the failures of *all* workers of the last attempt are ranked
-   with the shared rule and a timestamped ``ElasticRootCauseError`` (or its recoverable twin) is
-   raised in its place. torch itself reports only the first failure its poll happened to find;
-5. the pods keep track of each other (:mod:`rootcause_engine.agent.peer_watch`): when only
-   victims failed here, the report names the peer pods that are gone (a lost node leaves no error
-   file of its own), and the error document carries the attempt's members and those lost pods;
-6. with ``restart_policy="soft"``, torch's agent runs the soft-restart loop
-   (:mod:`rootcause_engine.agent.soft_restart_agent`): a failure is diagnosed as above, and
-   only the failed node's workers restart while the others pause; the final report lists every
-   earlier failure the job went through.
-
-Before any of that, the pod decides once whether the diagnosis runs
-(:func:`flytekitplugins_rootcause.upstream.task_readiness`): a missing internal, or a patch that
-raises while it is applied, runs kfpytorch's own ``_execute`` with the user's function instead (the
-training plain ``Elastic`` would run), with the reason in the log and the Deck; a version outside
-the verified ranges runs the diagnosis, with the warning in the log, the Deck and the error.
+torch reports only the first failure its poll happened to find, often a victim's. This task reuses
+kfpytorch's ``_execute`` unchanged and wraps the engine's observers around it
+(:class:`rootcause_engine.agent.launch_session.LaunchSession`, shared with Flyte 2's flavour). Every
+worker records its exception with a nanosecond time. On failure, all workers' failures are ranked by
+the shared rule, and a timestamped ``ElasticRootCauseError`` is raised instead. Before that, the pod
+decides once whether the diagnosis can run on the installed upstream versions. If not, the plain
+``Elastic`` training runs. ``docs/entrypoint.md`` lists the steps.
 """
 
 from __future__ import annotations

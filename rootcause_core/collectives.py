@@ -1,28 +1,12 @@
 """Where a rank stood in its collectives, and the rule that names a hung rank from it.
 
-Why: a rank that stops making progress (stuck in user code, a data loader, a dead GPU kernel) raises
-nothing; its peers enter the next collective without it and, after the collective timeout, fail with
-"timed out" errors, which are victims' errors. The hung rank is the one that never *entered* the
-collective its peers timed out in. torch's Flight Recorder numbers the collectives each process
-group enters (``collective_seq_id``, the same number on every rank for the same call), so comparing
-the last number each rank reached finds it, as torch's own ``fr_trace`` analyzer does for NCCL dumps.
-
-A rank that never reached the default group's initialisation stalls its peers before any collective
-is numbered: they time out waiting for its key in the store, and the key names it
-(``rootcause_core.store_waits``). That stall is a position too (:func:`init_stall`): number 0 of
-the group, operation :data:`INIT_OP`, with the ranks the peers waited for in ``awaited``.
-
-Point-to-point calls (send, recv) are not collectives: the Flight
-Recorder numbers none of them under gloo, and a rank that waits in one waits for one peer, not for
-the group. A rank records the ones still open when it fails or is probed
-(``rootcause_engine.worker.point_to_point``) as positions of operation ``send`` or ``recv`` whose
-``awaited`` is the peer; a timed-out recv or send thus names the rank it waited for, as a stalled
-initialisation does (:func:`merged_stall` joins the peers named by every rank that timed out so).
-
-A :class:`CollectivePosition` is the last collective one rank entered in one process group. A worker
-writes its positions into its error file when it fails, and into a probe file when the agent asks a
-live worker before tearing it down (``rootcause_engine.worker.hang_probe``). Pure: used by
-the agent's diagnosis and its tests alike.
+A rank that stops making progress raises nothing. Its peers go on without it, time out, and fail
+with victims' errors. The hung rank is the one that never *entered* the collective its peers timed
+out in. torch's Flight Recorder gives each collective of a group the same number on every rank. So
+comparing the last number each rank reached finds it, as torch's own ``fr_trace`` does for NCCL.
+A stalled initialisation and an open send or recv are positions too: each names the peer it waited
+for. :class:`CollectivePosition` is one rank's last position in one group. ``docs/messages.md`` has
+the details.
 """
 
 from __future__ import annotations

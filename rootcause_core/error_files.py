@@ -1,35 +1,11 @@
 """Error file names: where Flyte looks, how a pod names its own file, and the listing key in the name.
 
-Shared by the writer (the patched entrypoint) and the reader (``backend_reader``), so a name is built
-and parsed by one definition, and a key by one rule. Pure: no I/O, no flytekit, no torch.
-
-Listing keys: an error file's role and time, written into its name, so one listing finds the root cause.
-
-Why: propeller needs one answer, the root cause, but a job of thousands of workers leaves thousands
-of error files, and reading each one is a request (tens of ms on a real object store, and
-fake-gcs-server's memory backend spends milliseconds of CPU on each at 10,000 objects). The rule's
-first two steps, role and time, decide the order for everything but exact ties, and a listing
-already returns every name. So the plugin's writer puts them in the name it gives each per-worker
-file, and the reader (``RemoteFileOutputReader.read_error``) downloads only the files that can
-still win: those without such a name (older writers, ``error.pb``) and the lowest role-and-time
-group; more groups only while none of those could be read.
-
-Format: ``<stem>.rc1<role><time>.pb``, where ``<stem>`` is ``error-<sanitized worker>-<uuid hex>``
-(``error-<uuid hex>`` for flytekit's own files), ``rc1`` names this format and its version, role is
-``c`` (candidate), ``l`` (lost pod: written by a survivor for a pod that wrote nothing) or ``v``
-(victim), and time is the error's time in ns since the epoch (signed)
-or ``n`` when it has none. For example
-``error-train-worker-1-3f2b...e9.rc1c1790000000123456789.pb``. Every name that does not end so
-(flytekit's ``error-<uuid>.pb`` ends in 32 hex digits) simply has no listing key and is read.
-
-Trust: the key is one rule, :func:`content_listing_key` (the role ``roles.classify_role`` reads from
-the message, the time ``testimony.true_failure_time`` reads from the stamp and the message), which
-the reader's parser (``backend_reader.documents.parse_error_document``) applies to the fields it
-reads and the writer (the patched entrypoint) to the very message and stamp it puts in the document
-(:func:`listing_key_for_container`), so a name and its content agree by construction without the
-writer parsing its own bytes. The reader still checks every file it reads against its name and
-falls back to reading everything if one disagrees. A reader whose role rules change must bump the
-version, so that older names are read again instead of trusted.
+Propeller needs one answer, the root cause, but a large job leaves thousands of error files. Reading
+each one is a request, and a listing already returns every name. So the writer puts the failure's
+role and time, the listing key, into each file's name. The reader then downloads only the files that
+can still win. The writer and the reader build and parse names with this one definition, and a key
+with one rule (:func:`content_listing_key`). So a name and its content agree by construction.
+``docs/messages.md`` gives the format and the trust rules.
 """
 
 from __future__ import annotations

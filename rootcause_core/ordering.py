@@ -1,23 +1,11 @@
 """The one rule that orders failures, root cause first.
 
-Both sides use this module: the pod's agent (``rootcause_engine.agent.diagnosis.selection``)
-orders the failures of the workers in its pod, and ``backend_reader`` (``aggregate``, ``read_plan``)
-orders the error files of all pods; ``rootcause_core.error_files`` builds the listing key of an error
-file's name from the same role-and-time key (:func:`role_time_key`). It lives in ``rootcause_core``,
-the pure vocabulary that the engine, the flytekit front-end and the backend reader all import (and
-that depends on neither flytekit nor torch), and it is pure (no I/O, no clocks) so the same inputs
-always give the same answer.
-
-The rule (``docs/design.md``, strategy ``earliest`` made robust):
-
-1. root-cause candidates before lost pods before victims (a victim died *because* another worker
-   failed: it was torn down by the agent, or a collective failed because a peer left; a *lost pod*
-   is a pod that left no error of its own and that its peers testified about: a pod's own report of
-   a failure outranks what others say about it);
-2. then by time, earliest first; a failure with no time sorts after every timed one (Flyte's Go
-   reader treats a missing timestamp as 1970, which makes an old writer's file always win);
-3. then by global rank, then worker name, then source (file name): a total order, so ties never
-   fall back to listing or dict order.
+The pod's agent orders the failures of its workers. The backend reader orders the error files of all
+pods. If the two used different rules, the pod and propeller could name different root causes. So
+both import this one rule, and the listing key of an error file's name comes from it too
+(:func:`role_time_key`). In short: candidates before lost pods before victims, then earliest first,
+then a total order of ties. It is pure, with no I/O and no clocks, so the same inputs always give
+the same answer. ``docs/messages.md`` spells out each step.
 """
 
 from __future__ import annotations

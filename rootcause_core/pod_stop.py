@@ -1,17 +1,11 @@
 """The kubelet's SIGTERM to this pod's main process, noted from the first moment the process can.
 
-Why: Kubernetes stops a pod (a spot reclaim, a node drain, an eviction, a deletion) by sending
-SIGTERM to its main process, then SIGKILL after ``terminationGracePeriodSeconds``. Python's default
-answer ends the process at once with a non-zero status, and the training operator marks the whole
-PyTorchJob Failed at that exit: Flyte then reads no error document at all. A pod stopped while it
-still starts (its imports, its input download, the task's load) must instead be recorded as
-stopped like one stopped in training, so the entrypoint installs :data:`POD_STOP` as the SIGTERM
-handler before anything else, and the launch, once it starts, ends at once as stopped
-(``rootcause_engine.agent.termination``).
-
-Torch-free on purpose: the flytekit entrypoint installs it before it knows whether the task is an
-``ElasticRootCause`` one, and plain tasks never import torch. A plain task gets Python's default
-back (:meth:`PodStopNotice.release`), including a SIGTERM that came meanwhile.
+Kubernetes stops a pod with SIGTERM, then SIGKILL after a grace period. Python's default ends the
+process at once with a non-zero status. The training operator then marks the whole PyTorchJob Failed,
+and Flyte reads no error document at all. So the entrypoint installs :data:`POD_STOP` as the SIGTERM
+handler before anything else. A stop while the pod still starts is then recorded like one during
+training. The module is torch-free, because plain tasks pass through the same entrypoint.
+``docs/messages.md`` tells what happens to the noted stop.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The one rule for text that crosses a process or file boundary: never refuse it, make it safe.
 
-Exception messages, tracebacks and worker names travel from a worker's error file through the
-agent's report into the pod's ``ErrorDocument``, then to propeller, the reader's output and the
-Deck. Whatever a user's exception holds must arrive, so no step may refuse or lose a text for its
-characters or its size. Instead every writer and every reader passes its text through here:
-
-- :func:`safe_text` escapes what cannot be shown or encoded: C0 controls except tab and newline
-  (NUL, BEL, backspace, ESC of ANSI colours, CR), DEL, C1 controls, and lone surrogates (what
-  Python puts in a string decoded from non-UTF-8 bytes, e.g. a badly named file in a
-  ``FileNotFoundError``; protobuf cannot encode them, Go's decoder rejects invalid UTF-8). Each
-  becomes a visible escape, ``\\x00`` or ``\\udc80``, so the text stays valid one-for-one UTF-8 and
-  the escaping can be applied again without change.
-- :func:`head_and_tail` bounds a text's UTF-8 size and keeps both ends: the head says what failed
-  (exception type, first line), the tail holds a traceback's innermost frames.
-- :func:`safe_str` and :func:`exception_summary` describe an exception even when its ``__str__``
-  raises.
-
-The limits of the readers on the path are here too, so writers size their texts against them.
-Pure and dependency-free: both the flytekit side and ``backend_reader`` (no flytekit, no torch)
-import it.
+A user's exception may hold any character and any size. Its message travels from a worker's error
+file to the pod's ``ErrorDocument``, propeller, the reader and the Deck. One unencodable character
+could make a step refuse the whole document, and the root cause would be lost. So no step refuses a
+text. Every writer and reader passes it through here instead: it is escaped where it cannot be shown,
+and cut to size keeping both ends. The readers' limits live here too, so writers size texts against
+them. ``docs/messages.md`` lists the escapes and the sizes.
 """
 
 from __future__ import annotations

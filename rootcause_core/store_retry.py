@@ -1,22 +1,11 @@
 """Retrying a write to an object store: which errors are worth another try, how long to wait, when to stop.
 
-Why: a pod writes its error document once, at the moment its job fails, and so do all its peers:
-hundreds of pods writing to one prefix within a second is exactly when a store answers 429 or 503
-(S3's ``SlowDown``, GCS's rate limit), and a pod that gives up on the first such answer leaves Flyte
-nothing to read. The store clients retry a little on their own (botocore, s3fs and gcsfs each a few
-times, obstore for up to minutes), but with their own counts and clocks, so how long a failing pod
-spends on its document is nobody's decision. Here it is one: every write goes through
-:func:`call_with_retries`, under one :class:`Deadline`, with exponential backoff and jitter between
-tries, and a failure says how many tries it took and for how long (:class:`GaveUp`).
-
-Only transient errors are retried (:func:`is_transient_store_error`): throttling, a server error,
-a connection that was refused, reset or timed out. An answer that will not change (403, a missing
-bucket, the object already exists) is final at once: another try would only delay the pod's exit.
-
-Both front-ends use this module (the flytekit entrypoint's writes, Flyte 2's last-resort
-``error.pb``), so it knows the store clients' errors by their shape (a botocore-style ``response``
-dict, an HTTP status attribute, class names, a status in the text) and imports none of them: pure
-stdlib, like the rest of ``rootcause_core``.
+A pod writes its error document at the moment its job fails, and so do all its peers. That is exactly
+when a store throttles. A pod that gives up on the first such answer leaves Flyte nothing to read.
+The store clients retry on their own, each with its own counts and clocks. So how long a failing pod
+spends on its document would be nobody's decision. Here it is one: every write goes through
+:func:`call_with_retries`, under one :class:`Deadline`. Only transient errors are retried. The module
+is pure stdlib, so both front-ends share it. ``docs/messages.md`` has the details.
 """
 
 from __future__ import annotations

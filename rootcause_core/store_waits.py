@@ -1,25 +1,10 @@
 """Read a store-wait timeout: which ranks a worker waited for when its process group failed to form.
 
-Why: a rank that never reaches ``init_process_group`` (stuck loading data or a model, on a hung
-mount, in a deadlock before training) raises nothing. Its peers do reach it and, with gloo, each
-publishes its address under a key of its own in the rendezvous store and waits for every other
-rank's; after the group's timeout they fail with torch's ``DistStoreError``::
-
-    wait timeout after 20000ms, keys: /worker/attempt_0/default_pg/0//cpu//0/1
-
-Those are victims' errors, and the key names the rank they waited for: the one that never came.
-The key is built by torch and gloo (``distributed_c10d``: a ``PrefixStore`` per group name, one per
-device type; ``ProcessGroupGloo``: one per gloo context; gloo's full mesh: the rank), so its tail
-is ``<group>//<device>//<context>/<rank>`` under whatever prefixes the store had. Only the default
-group (named ``"0"``, again after ``destroy_process_group``) is read: its ranks are global ranks,
-while a later group's ranks are its own and the key does not say how they map.
-
-gloo waits for the keys one by one, so a peer names the *first* rank it is missing; with several
-ranks missing, each is named by some peer or found by the probe (``hang`` in the agent).
-
-NCCL publishes one ``ncclUniqueId`` per communicator (rank 0 of the group sets it, the others wait,
-key ``<group>//cuda//<counter>``) and connects inside NCCL, so its keys name no rank and are not read
-here. Pure: shared by the agent (the hung-rank verdict) and the reader (victims told apart).
+A rank that never reaches ``init_process_group`` raises nothing. Its peers reach it, wait for that
+rank's key in the rendezvous store, and time out with victims' errors. But the key they waited for
+names the rank that never came. So reading the key in a peer's timeout finds the hung rank. Only the
+default group's gloo keys are read, since only they name a global rank. The module is pure: the
+agent's hung-rank verdict and the reader share it. ``docs/messages.md`` shows the key's shape.
 """
 
 from __future__ import annotations

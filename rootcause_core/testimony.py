@@ -1,33 +1,13 @@
 """A pod's testimony: the facts about its failure that ``ContainerError`` has no field for.
 
-Why: what the Flyte console shows is what upstream propeller's Go reader picks from the pods' error
-files, and that rule looks only at ``ContainerError.timestamp`` (strictly earliest wins). A victim
-pod fails a few milliseconds after the root cause, so with clocks a little apart (a node whose
-clock runs a second ahead), or a SIGKILLed root cause whose observed death trails its victims'
-recorded errors by tens of milliseconds, the console would name a victim. Victims know they are
-victims, so a victim pod stamps its document :data:`VICTIM_STAMP_DELAY_NS` *after* its failure:
-under the Go rule every root-cause candidate within that much clock skew then wins. The true time
-travels here, so this project's reader still orders and shows every failure at the time it happened.
-
-Form: the last line of the ``ContainerError.message``, ``[rootcause testimony v1] {json}``, compact
-and small (propeller keeps a message's head and tail when it cuts one, so the line survives), e.g.
-``[rootcause testimony v1] {"failed_at_ns":1790000000123456789,"stamp_delay_ns":60000000000}``.
-Fields: ``failed_at_ns`` (the failure's true time, ns since the epoch, or absent) and
-``stamp_delay_ns`` (how far the document's timestamp was moved after it; 0 for candidates). A reader
-that finds no valid line (older writers, a hand-written document) uses the timestamp as it is.
-
-Pods also testify about their peers (issue: a pod that vanishes leaves no error of its own):
-
-- ``members``: the failed attempt as the rendezvous formed it, one entry per pod,
-  ``[group rank, worker, first global rank, workers, hosts the store (0/1)]``; left out (with
-  ``member_count`` kept) when the line would exceed :data:`MAX_TESTIMONY_CHARS`;
-- ``lost``: the peers this pod found gone when its own workers failed as victims,
-  ``[group rank, worker, last seen alive ns (the peer's own heartbeat clock) or null]``;
-- ``reported_by``: set only on a document a survivor writes *for* a lost pod (whose ``worker`` is
-  the lost pod): who testified. Such a document is stamped :data:`LOST_POD_STAMP_DELAY_NS` after
-  the moment its peers lost their connections, so under the Go rule it comes after any real
-  root-cause document (stamped at its failure) and before every victim's (stamped
-  ``VICTIM_STAMP_DELAY_NS`` after theirs).
+Upstream propeller picks the document with the strictly earliest ``ContainerError.timestamp``. A
+victim fails milliseconds after the root cause, so a little clock skew would make the console name a
+victim. Victims know they are victims, so a victim pod stamps its document
+:data:`VICTIM_STAMP_DELAY_NS` late. The true time then travels here, in the message.
+So this project's reader still shows every failure when it happened. Pods also testify about their
+peers, since a pod that vanishes leaves no error of its own. A survivor's document for a lost pod is
+stamped :data:`LOST_POD_STAMP_DELAY_NS` late, between a root cause's and a victim's.
+``docs/messages.md`` gives the line's form and fields.
 """
 
 from __future__ import annotations

@@ -1,40 +1,10 @@
-"""Soft restarts: the worker runtime API of torch's soft-restart RFC, for ``restart_policy="soft"``.
-
-With ``ElasticRootCause(nnodes="1:2", max_restarts=1, restart_policy="soft")``, a failure on one node
-no longer kills every worker of the job. The failed node's agent restarts its own workers; every
-other node's workers keep their processes (and their model, optimizer and data loader state): their
-agent sends them PAUSED, forms a new world without the failed node (scale-down), sends HEALTHY
-with their new ranks, and does the same again when the restarted node is ready (scale-up).
-
-A training loop written for it (gloo or NCCL)::
-
-    from flytekitplugins_rootcause import soft_restart  # or: from rootcause_engine import soft_restart
-
-    info = soft_restart.reinitialize()           # waits for the first world, makes the process group
-    state = restore_or_init()                    # a restarted worker loads its state here, once
-    while state.step < steps:
-        if soft_restart.world_changed():         # a scale-up is pending: leave the group at a step boundary
-            info = soft_restart.reinitialize()
-            state = sync_from_peers(state)       # the new world agrees on the latest step
-        try:
-            train_step(state)                    # collectives raise when a peer fails
-        except Exception as error:
-            if not soft_restart.is_peer_failure(error):
-                raise                            # this worker's own error: its node restarts
-            info = soft_restart.reinitialize()
-            state = sync_from_peers(state)
-
-A peer's failure reaches a survivor as whatever its backend raises: gloo a plain ``RuntimeError``
-("Connection closed by peer", "Timed out waiting ... for recv operation"), NCCL a
-``torch.distributed.DistBackendError``. :func:`is_peer_failure` tells it from the worker's own error.
-
-What survivors must hold, and what NCCL needs, is in ``docs/soft_restarts.md``.
-
-Each call reads this worker's channel file (:mod:`rootcause_engine.worker.world_events`):
-a ``stat`` per :func:`world_changed`, a read only when the file changed. After the first
-:func:`reinitialize`, the world watcher (a duty of the worker's watch thread) also looks every
-:data:`WATCH_INTERVAL_S`, so that a scale-down reaches a worker blocked in a collective
-(``docs/soft_restarts.md``).
+"""Soft restarts: the worker runtime API of torch's soft-restart RFC, for ``restart_policy="soft"``. A
+hard restart kills every worker of the job for one failed node, and with them their model,
+optimizer and data loader state. Under soft restarts only the failed node's workers restart. The
+others pause, form a new world without it, and take it back once it is ready. A training loop calls
+:func:`reinitialize` for each new world and :func:`world_changed` at a step boundary.
+:func:`is_peer_failure` tells a peer's failure from the worker's own error. ``docs/soft_restarts.md``
+shows such a loop and says what survivors must hold.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""Every key the engine keeps in torch's rendezvous store: one layout, one rank space.
-
-Why one module: the peer watch, the hang watch, the agreement and the soft-restart world of every
-pod meet in the same store, each pod reading what the others wrote. A key spelled in two places, or
-a rank that means a group rank in one and a node index in another, is a verdict nobody reads. The
-modules that write and read these keys say what each value holds and how it is checked
-(:mod:`rootcause_engine.agent.store_values`); this module only says where it lives.
-
-Two scopes:
-
-- **the round's store** (torch's ``PrefixStore`` for one rendezvous round; a hard restart is a new
-  round, so these keys start empty again), under :data:`ROUND`. ``<r>`` is the pod's *group rank*
-  in the round, torch's: the round's ledger (one numbered log of who joined, failed, finished, spoke,
-  read the decision and was found lost), the heartbeats, the hang watch's published waits and the
-  agreement's words and decision;
-- **the job's store** (the rendezvous store under ``rootcause/<run id>``: the seam's
-  ``TorchAgentLoop.job_store``, alive across rounds so that a pod arriving once the job runs finds
-  it), under :data:`SOFT`. ``<n>`` is a *node index*: the group rank in the first world, kept across
-  restarts; a pod that joins the running job takes the next free one. The soft-restart world's
-  membership log, its worlds and their decisions, and the prefixes of each world's peer watch and
-  process group.
+"""Every key the engine keeps in torch's rendezvous store: one layout, one rank space. The peer watch,
+the hang watch, the agreement and the soft-restart world of every pod meet in the same store. A key
+spelled in two places, or a rank that is a group rank in one place and a node index in another, is a
+verdict nobody reads. So every key is spelled here once, in one of two scopes: the round's store
+(:data:`ROUND`) and the job's store (:data:`SOFT`). What each value holds, and how it is checked, is
+in :mod:`rootcause_engine.agent.store_values`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """A long-lived thread (of the agent, or of a worker) never dies in silence; callbacks run on one pool.
-
-Why: a thread that dies of an exception nobody expected stops what it did without a word. The peer
-watch's heartbeat stops, and the pod's peers then declare a healthy pod lost: the job ends, and the
-report names the wrong pod. So every long-lived loop is run in two layers:
-
-- each iteration through a :class:`LoopGuard`: an unexpected exception costs that iteration only.
-  Its traceback is logged the first time each kind of error is seen (a loop that beats twenty
-  times a second must not flood the log), and the first one is kept for the pod's report
-  (:meth:`LoopGuard.note`). The loop goes on;
-- the thread's target through :func:`run_guarded`: a death the loop did not survive is logged at
-  critical level with its traceback and handed to ``on_death``. The owner then turns it into a
-  failure of this pod that its peers and its report read (:meth:`LoopGuard.died` keeps it for the
-  note), instead of a silence.
-
-:class:`GuardedLoop` is such a thread, named, started and stopped by the one object that owns it; it
-may carry several periodic duties (:meth:`GuardedLoop.every`), each with its own guard, so that two
-small jobs share one thread instead of each having one. What is neither a loop nor quick (a callback
-that may block in a store call, a settling that takes seconds) runs on the process's callback pool
-(:func:`run_soon`), never on a thread of its own.
-
-Here, not in ``rootcause_engine.agent``: a worker's thread (the worker watch: its progress beacon and
-its soft-restart world watcher) uses it too, and a worker imports nothing of the agent.
+A thread that dies of an unexpected exception stops its work without a word. If it is the peer
+watch's heartbeat, the peers declare a healthy pod lost, and the report names the wrong pod. So every
+long-lived loop runs guarded. An error costs one iteration (:class:`LoopGuard`), and a thread's death
+becomes a failure its pod reports (:func:`run_guarded`). Work that may block runs on one callback
+pool (:func:`run_soon`), never on a thread of its own. It lives here, not in the agent, because a
+worker's threads use it too.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """``pyflyte-rootcause-execute``: the pod's entrypoint (a drop-in for flytekit's ``pyflyte-execute``).
 
-It runs in the pod's main process, which also hosts the agent. On a failure it writes one error
-document per worker (``error-<worker>-<uuid>.<listing key>.pb``) and creates ``error.pb`` only if
-absent:
-
-- :mod:`.command`: the click command (flytekit's callback, with its error-file hooks swapped);
-- :mod:`.error_documents`: what goes in the document, its name, and whether to write ours at all
-  (one plan per exception, made from the exception);
-- :mod:`.error_upload`: the writes themselves (each file on its own, create-if-absent, retried under one
-  deadline by :mod:`rootcause_core.store_retry`) and which failed write fails the pod.
-
-May import: the shared core (which holds the listing key's rule, so a name's key is what the reader
-will parse without this package importing ``backend_reader``), flytekit,
-:mod:`rootcause_engine.agent.failure_sink`,
-:mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (every hook into flytekit's internals).
-Not torch: plain tasks run through this command without importing it.
-
-The console script is :func:`.main.main`: it notes the kubelet's SIGTERM before it imports
-anything heavy (:mod:`rootcause_core.pod_stop`). This package imports nothing on its own for that
-reason: its public names are resolved on first use.
+flytekit writes one ``error.pb`` per pod, and the last pod's replaces the first's. So the root cause
+is often lost. This entrypoint writes one error document per worker instead, and creates ``error.pb``
+only if absent. :mod:`.command` is the click command, :mod:`.error_documents` decides what to write,
+and :mod:`.error_upload` writes it. It runs in the pod's main process, beside the agent. It never
+imports torch, since plain tasks run through it too. Its console script notes the kubelet's SIGTERM
+before any heavy import, so this package resolves its names lazily. ``docs/entrypoint.md`` has the
+rest.
 """
 
 from __future__ import annotations

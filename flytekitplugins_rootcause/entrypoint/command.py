@@ -1,37 +1,12 @@
 """``pyflyte-rootcause-execute``: flytekit's ``pyflyte-execute`` with per-worker error documents.
 
-A drop-in: the same click options and arguments (the very ``click.Parameter`` objects of flytekit's
-command), the same setup, task resolution, input download, execution, outputs, decks and exit codes,
-because it *is* flytekit's command callback (``_execute_task`` -> ``setup_execution`` ->
-``_dispatch_execute``). Only the error document changes, and only for tasks that ask for it
-(:func:`flytekitplugins_rootcause.entrypoint.error_documents.decide_policy`):
-
-- named: staged under a private name, then written as ``error-<worker>-<uuid>.<listing key>.pb`` and/or created
-  as ``error.pb`` only if absent (:mod:`flytekitplugins_rootcause.entrypoint.error_upload`), each file on its
-  own, retried with backoff while the store answers "not now" (429, 503) under one deadline for the pod,
-  instead of riding along in flytekit's recursive engine-folder upload;
-- stamped: ``worker`` from ``FLYTE_INTERNAL_WORKER_NAME`` / ``_F_WN`` or the host name; ``timestamp``
-  the root cause's exact nanoseconds; ``message`` the root-cause report (role marker first), all from
-  one plan per exception (:class:`~flytekitplugins_rootcause.entrypoint.error_documents.ErrorDocumentPlanner`),
-  which also gives the file's listing key and the documents for lost pods.
-
-This is done by swapping, for the duration of one command, the module-level helpers flytekit's
-``_dispatch_execute`` looks up (``_build_error_file_name``, ``_get_worker_name``,
-``get_container_error_timestamp``, ``get_traceback_str``) and the task's file-access ``put_data``,
-whose engine-folder upload is intercepted only to take the staged error document out of it. Which
-flytekit names those are, and the swapping itself, is
-:mod:`flytekitplugins_rootcause.upstream.flytekit_entrypoint` (which also checks the flytekit
-version when this module is imported). A plain ``@task`` (no strategy variable, no
-``ElasticRootCause`` config) runs through flytekit untouched.
-
-The exit status follows from how Flyte reads a distributed job's errors: the training operator marks
-a PyTorchJob Failed as soon as one pod exits non-zero, and Flyte then reads no error document at
-all; it reads them only from a job marked Succeeded. So once this pod's error document is written
-the command exits 0, as ``pyflyte-execute`` does, even if a best-effort file failed (``error.pb``
-beside the per-worker file, a lost pod's document). Every file that could not be written is
-printed as one line on stderr: the path, the reason, and how many tries took how long. Only a pod
-that could write no document at all exits with :data:`WRITE_FAILED_EXIT_CODE`, so it fails visibly
-instead of "succeeding" with nothing for Flyte to read.
+A pod must keep everything ``pyflyte-execute`` does, and change only its error document. So this
+command *is* flytekit's command callback, with the same options and setup. For the length of one
+command it swaps the few flytekit helpers that name, stamp and upload the error document. Tasks that
+do not ask for root-cause documents run through flytekit untouched. Once this pod's document is
+written the command exits 0, because Flyte reads no error document of a job marked Failed. Only a pod
+that could write no document at all exits with :data:`WRITE_FAILED_EXIT_CODE`. ``docs/entrypoint.md``
+has the details.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """What the patched entrypoint writes on failure, decided without any I/O.
 
-- which files (:class:`ErrorFilePolicy`, from the backend's strategy variable and the task config);
-- their names (``error-<sanitized worker>-<uuid hex>.<listing key>.pb`` directly under the output
-  prefix, where Flyte's backend lists ``error*.pb``, plus the shared ``error.pb``); the listing key
-  is the document's role and time, so a reader finds the root cause from a listing
-  (``rootcause_core.error_files``);
-- the ``ContainerError`` stamps flytekit cannot give: the root cause's time to the nanosecond
-  (flytekit goes through a float, which loses sub-microsecond digits), and, for
-  root-cause errors, the report as the message (role marker first, ``rootcause_core.roles``)
-  ending with the pod's testimony (``rootcause_core.testimony``). A pod whose root cause is a
-  victim stamps its document ``VICTIM_STAMP_DELAY_NS`` after the failure, so that upstream Flyte's
-  earliest-timestamp rule, which the console shows, picks a root-cause candidate's document over
-  it despite clock skew between nodes; its testimony keeps the true time for this project's reader;
-- the documents written for the peers this pod found lost (they write nothing themselves).
-
-Everything else in the ``ContainerError`` (code, kind, origin) stays flytekit's own.
-
-All of it, for one exception, is one :class:`ErrorDocumentPlan`, made once from the exception:
-flytekit's hooks answer from it (:class:`ErrorDocumentPlanner`), the upload names the files and
-writes the lost pods' documents from it, and the agent watchdog's last-resort document is built
-from it (:func:`last_resort_document`). Why: the exception already holds everything; the document's
-listing key is the reader's own rule applied to the very message and stamp the plan writes
-(``rootcause_core.error_files.listing_key_for_container``), so it agrees with what the reader will
-parse without the pod parsing its own bytes, and this package needs nothing of ``backend_reader``.
-
-The message always follows ``rootcause_core.safe_text``: escaped (a lone surrogate would make
-protobuf refuse to encode the document, and the pod would write none) and within propeller's
-message limit, so the document stays far below propeller's payload limit.
+A failing pod must decide which files to write, their names, stamps and messages. flytekit's hooks,
+the upload and the watchdog all ask. If each derived its answer, they could disagree. So one
+:class:`ErrorDocumentPlan` is made once from the exception, and all of them answer from it. The
+file's listing key is the reader's own rule, applied to the very message and stamp the plan writes.
+So the name agrees with what the reader will parse, and the pod never parses its own bytes. This
+package needs nothing of ``backend_reader``. ``docs/entrypoint.md`` lists what the plan holds.
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """Write a failing pod's error documents to the output prefix, each file on its own, under one deadline.
 
-flytekit uploads its engine folder with a recursive put, which overwrites whatever is there; that
-is how the last pod's ``error.pb`` ends up replacing the first pod's. Here each file is written on
-its own:
-
-- the per-worker file with one plain write (its name holds a fresh uuid, so nothing is replaced,
-  and it needs no conditional-write support from the store);
-- ``error.pb`` with one atomic create-if-absent, so the first pod to get there keeps it:
-  ``fs.pipe_file(path, data, mode="create")`` on object stores (gcsfs sends ``ifGenerationMatch=0``,
-  s3fs sends ``If-None-Match: *``; both raise ``FileExistsError`` when the object exists), and a hard
-  link of a fully written temporary file on local disks (``link`` fails if the name exists, and
-  readers never see a half-written file; fsspec's local ``mode="create"`` is check-then-write).
-
-Remote filesystems come from flytekit's ``FileAccessProvider`` (the async instance flytekit itself
-uses, on flytekit's event loop), so the credentials and endpoints Flyte configured for the task
-(``FLYTE_AWS_*``, gcsfs defaults, fsspec config) apply unchanged.
-
-Every failing pod of a job writes at the same moment, which is when a store throttles (429, 503
-``SlowDown``). Each write is therefore retried with exponential backoff and jitter while the store's
-answer is transient, all of one pod's writes under one deadline
-(:mod:`rootcause_core.store_retry`, ``DEADLINE_S``); each request is bounded by the time left, so a
-store that never answers cannot hold the pod past it. The pod's own document goes first and gets
-the whole deadline; the best-effort files after it get what is left. A create-if-absent retried
-after a lost answer may find its own earlier try's object and report it as another pod's: the
-document is there either way.
-
-A failed file is collected with its path, reason, tries and time (:class:`WriteFailure`); every file
-gets its turn (one whose turn comes after the deadline is reported as not tried). Once one document
-is in place for Flyte to read (the pod's per-worker file, normally; ``error.pb`` for a policy that
-writes only that file, created or already there from another pod; failing those, a lost pod's
-document or ``error.pb``) the pod has done what a failing pod owes, and the files that failed come
-back in ``WriteOutcome.failures`` for the log: the entrypoint then exits 0, because Flyte reads error
-documents only of a job the training operator marked Succeeded, and one pod exiting non-zero marks
-it Failed. Only when no file could be written are the failures raised together as
-:class:`ErrorDocumentWriteError`: a pod must never lose its error silently.
+flytekit uploads its engine folder with a recursive put, which overwrites what is there. That is how
+the last pod's ``error.pb`` replaces the first pod's. Here each file is written on its own: the
+per-worker file plainly, ``error.pb`` with an atomic create-if-absent. Every failing pod writes at the
+same moment, when stores throttle, so each write is retried under one deadline. Once one document is
+in place for Flyte, the pod has done its duty, and failed extras are only logged. Only when no file
+could be written is :class:`ErrorDocumentWriteError` raised. ``docs/entrypoint.md`` has the mechanics.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """A pod whose document leaves the answer to another pod waits, bounded, for a document naming the root cause.
 
-Why: the training operator marks a PyTorchJob Succeeded as soon as one pod exits 0, and Flyte reads
-the error documents present at that moment (upstream propeller's Go rule: the earliest timestamp
-wins). A pod whose workers all failed as victims writes a document stamped 60 s late, so that any
-root-cause document beats it; but if that pod exits before the culprit's pod has written its own,
-its victim's document is the only one Flyte finds, and the console names the wrong pod.
-
-So, after writing its own documents, a pod whose document is a victim's polls the output prefix
-until some document there can name the root cause (a candidate's, or one written for a lost pod,
-by its listing key; a file without a key may say anything and counts too), or ``bound_s`` passed.
-A pod that wrote a lost pod's document has one of those itself and does not wait.
+Flyte reads the error documents present when the first pod exits 0. A victim's document is stamped
+late, so any root-cause document beats it. But if the victim's pod exits before the culprit's pod has
+written, the victim's document is the only one Flyte finds. The console then names the wrong pod. So
+a victim's pod polls the output prefix, for at most ``bound_s``, until some document can name the root
+cause. ``docs/entrypoint.md`` says which documents count.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""The failure timeline (and the straggler check) in Flyte 2's report, for tasks that enable one
-(``TaskEnvironment(report=True)`` or ``@env.task(report=True)``).
+"""The failure timeline (and the straggler check) in Flyte 2's report, for tasks that enable one.
 
-The page is the engine's (:mod:`rootcause_engine.agent.diagnosis.timeline_page`, the same as
-flytekit's Deck): every failure of every pod that agreed, on one time axis, the root cause marked.
-Each failing pod flushes the same page (it is made of the same agreed report), so which pod's flush
-lands last does not matter, as for ``error.pb``.
-
-The action has one ``report.html``, and a flush replaces it with the flushing process's tabs; rank
-0's workers flush theirs (the user's, the straggler check's) before the ``a0`` process flushes the
-timeline or the soft restarts. So ``a0`` first reads the page back and keeps its tabs, its own
-after them (:func:`keep_flushed_tabs`): what the UI shows is the user's tabs and the timeline.
-
-That read, merge and write holds the page's lock (:mod:`flyteplugins.rootcause.report_lock`), and so
-does a worker's flush of the straggler tab: a flush of another process of the pod (or thread) is
-never lost between the read and the write, nor read half written. The page is read back by ids of
-flyte's private template; where the installed flyte's template lacks them
-(:func:`flyteplugins.rootcause.upstream.report_template_problem`), ``a0`` flushes nothing, with a
-warning: its tabs are skipped, and the page keeps what the workers flushed.
+The action has one ``report.html``, and each flush replaces it with the flushing process's tabs. Rank
+0's workers flush theirs first, then the ``a0`` process flushes the timeline. Without care, ``a0``
+would erase the user's tabs. So ``a0`` reads the page back and keeps its tabs, its own after them
+(:func:`keep_flushed_tabs`), under the page's lock. Every failing pod flushes the same agreed page,
+so which pod lands last does not matter. The page itself is the engine's, the same as flytekit's
+Deck. ``docs/flyte2.md`` has the details.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """One writer at a time for the action's ``report.html``, from every process of this pod.
 
-``a0``'s flush reads the page back, merges its tabs and writes it again
-(:func:`flyteplugins.rootcause.report.keep_flushed_tabs`); another flush between that read and that
-write is lost, and a local write is not atomic (fsspec truncates, then writes), so a page read while
-another process writes it is torn and cannot be merged at all. Every flush of this plugin's takes
-this lock around its read and write:
-
-* in one process (threads, or coroutines of one loop): a :class:`threading.Lock` per page (the one
-  lock here: the table of them needs none, see :data:`_in_process`);
-* across the processes of a pod (``a0`` and rank 0's workers; the harness's simulated pods, which
-  share one machine): ``fcntl.flock`` on a lock file, beside the page when it is a local file, in
-  the temporary directory (named by the page's URL) when it is in the object store. The kernel
-  drops a dead holder's lock, so a killed process never leaves it held.
-
-Pods do not share a lock: the object store writes the page whole (a reader never sees it torn),
-and every failing pod flushes the same agreed tabs after what it read, so the last writer's page
-holds them (``flyteplugins.rootcause.report``).
-
-The wait is bounded (:data:`LOCK_TIMEOUT_S`): a lock not taken in time, or a lock file that cannot be
-opened, leaves the flush to go on without it, as before this lock, with a warning. The report is a
-view: it never holds up or fails the task.
+``a0``'s flush reads the page back, merges its tabs and writes it again. Another flush between that
+read and that write would be lost. And a local write is not atomic, so a page read mid-write is torn.
+So every flush of this plugin's takes this lock around its read and write: a thread lock within a
+process, and a file lock across the pod's processes. Pods need no shared lock, since the store writes
+the page whole. The wait is bounded (:data:`LOCK_TIMEOUT_S`), because the report is a view and must
+never hold up the task. ``docs/flyte2.md`` has the details.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The tabs of a report page that Flyte 2 rendered, read back from its HTML.
 
-Each process of a distributed task has its own copy of the report, and ``flyte.report.flush()``
-replaces the action's one ``report.html`` with the flushing process's tabs. Rank 0's workers flush
-theirs (the user's tabs, the straggler check's); the ``a0`` process flushes after them (the failure
-timeline, the soft restarts), so it first reads the page back and keeps what is there
-(:mod:`flyteplugins.rootcause.report`).
-
-The page is ``flyte.report.Report.get_final_report``'s: the tab names, escaped, as the ``<li>``
-items of ``<ul id="flyte-frame-tabs">``, and each tab's HTML in one ``<div>`` child of
-``<div id="flyte-frame-container">``, in the same order (the page's script pairs them by position).
-A tab's HTML is the user's, so it is cut out of the page exactly as it was written, between its
-``<div>`` and the ``</div>`` that closes it as a browser nests them (a ``</div>`` in a script is
-script text, not a tag). A page without that layout (torn, or another template) reads as ``None``;
-whether flyte's template still has it is checked before a flush that reads the page back
-(:func:`flyteplugins.rootcause.upstream.report_template_problem`).
+``flyte.report.flush()`` replaces the action's one ``report.html`` with the flushing process's tabs.
+The ``a0`` process flushes after rank 0's workers, so it must first read their tabs back
+(:mod:`flyteplugins.rootcause.report`). This module finds those tabs in the rendered page. A tab's
+HTML is the user's, so it is cut out exactly as written, nesting as a browser does. A page without
+the expected layout reads as ``None``. ``docs/flyte2.md`` describes the layout it reads.
 """
 
 from __future__ import annotations

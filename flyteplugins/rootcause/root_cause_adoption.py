@@ -1,21 +1,11 @@
 """A Flyte 2 pod whose report names only victims takes up the root cause another pod's ``error.pb`` names.
 
-Why: every failing pod of a Flyte 2 action writes the same ``<outputs>/error.pb``, and the last
-writer wins. The pods agree on one report through the round's rendezvous store
-(:mod:`rootcause_engine.agent.agreement`), but a pod that lost that store before the agreement (its
-host pod was stopped or lost while the pods still met, or it froze) holds only its own word: a
-victim's ("the rendezvous store went away", "connection closed by peer"). Written, that word would
-replace the culprit's document, which is often already there: the culprit's pod writes it, then
-spends seconds in its interpreter's teardown before its exit, the one the training operator decides
-the job at.
-
-So such a pod looks at ``error.pb``, bounded by the time the culprit's pod may take to diagnose,
-agree and write (``agreement_timeout_s + teardown_grace_s``, as flytekit's victims wait). When a
-document of this plugin naming a root cause is there (code ``ElasticRootCause``, its first line
-``[root cause] ...`` or ``[lost pod] ...``), the pod raises an error with the same code, message and
-kind, so its own write leaves the document as it was. Only if none came does it write its own. A
-document that cannot be read (a partial write on a plain filesystem, a store error) is looked at
-again until the bound.
+Every failing pod of a Flyte 2 action writes the same ``error.pb``, and the last writer wins. The pods
+agree on one report through the rendezvous store. But a pod that lost that store early holds only its
+own victim's word. Written, that word would replace the culprit's document, which is often already
+there. So such a pod first looks at ``error.pb``, for a bounded time. If a root-cause document of this
+plugin is there, the pod raises the same error, so its write leaves the document unchanged. Only if
+none came does it write its own. ``docs/flyte2.md`` has the details.
 """
 
 from __future__ import annotations

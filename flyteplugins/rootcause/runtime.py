@@ -1,16 +1,10 @@
 """The ``rootcause-a0`` console script: the kubelet's SIGTERM is noted first, then flyte's ``a0`` runs.
 
-Why first: a pod can be stopped (preemption, drain, eviction) while ``a0`` still imports flyte and
-torch, or downloads the code bundle and loads the task. Python's default would end it at once with
-exit code 143, which fails the PyTorchJob with nothing for Flyte 2 to read. Noted instead, the stop
-becomes the launch's recorded, recoverable root cause as soon as the task starts it
-(:mod:`rootcause_engine.agent.termination`), and the pod exits 0 with its ``error.pb``.
-
-The task's container args name this script instead of ``a0``
-(``RootCauseTorchFunctionTask.container_args``); everything after the script's name is ``a0``'s.
-Nothing but :mod:`rootcause_core.pod_stop` is imported before the notice is installed (this package
-resolves its public names lazily for that reason). Where flyte lacks an internal this flavour uses,
-the notice is given back and ``a0`` runs as it is (the task then runs upstream's launch).
+A pod can be stopped while ``a0`` still imports flyte and torch or loads the task. Python's default
+would end it at once with exit code 143. That fails the PyTorchJob with nothing for Flyte 2 to read.
+Noted instead, the stop becomes the launch's recorded, recoverable root cause, and the pod exits 0
+with its ``error.pb``. So nothing but :mod:`rootcause_core.pod_stop` is imported before the notice is
+installed. ``docs/flyte2.md`` has the details.
 """
 
 from __future__ import annotations

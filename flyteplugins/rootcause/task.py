@@ -1,33 +1,13 @@
 """``RootCauseTorchFunctionTask``: Flyte 2's ``TorchFunctionTask`` that reports the job's true first failure.
 
-It keeps the upstream task's serialization (task type, ``DistributedPyTorchTrainingTask`` custom),
-its ``pre`` (``Elastic``'s NCCL and process settings) and its worker entrypoint, and runs the same
-``elastic_launch`` differently:
-
-1. inside the engine's observers (:class:`rootcause_engine.agent.launch_session.LaunchSession`,
-   the same as the flytekit flavour's): death watcher, peer watch, hang probe, fast teardown, and
-   the agent watchdog in place of upstream's zombie watchdog, which ``os._exit(1)``\\ s without a
-   word; the engine's watchdog reports the root cause through ``error.pb`` before it ends the pod;
-2. each worker runs the user's function through the engine's ``RecordingTaskFunction`` (exception,
-   nanosecond time, ranks, host);
-3. on failure the engine diagnoses the pod's last attempt, then the failing pods agree on one report
-   through the rendezvous store (:mod:`rootcause_engine.agent.agreement`): Flyte 2 reads one
-   ``error.pb`` per action, written by every pod, so every pod raises the same exception
-   (:mod:`.errors`), non-recoverable where the root cause is by Flyte 2's rule (its exception is a
-   ``NonRecoverableError``; anything else is retried, as for any Flyte 2 task); the timeline goes to the report when
-   the task enables one;
-4. on success rank 0's pod returns rank 0's value, and a pod without rank 0 writes nothing
-   (:func:`flyteplugins.rootcause.upstream.leave_outputs_to_rank_0`): upstream's ``None`` there
-   fails the output's type check and the action with it.
-
-``flyte.run`` in local mode calls the function once, as upstream does (there is no torch elastic
-there to observe); :mod:`rootcause_harness.flyte2` runs the real launch through ``a0``.
-
-Before the launch the pod decides once whether the diagnosis runs
-(:func:`flyteplugins.rootcause.upstream.flyte_readiness`): a missing internal, or a patch that
-raises while it is applied, runs upstream's ``TorchFunctionTask.execute`` instead (the training
-plain ``Elastic`` would run), with the reason in the log and the report; a version outside the
-verified ranges runs the diagnosis, with the warning in the log, the report and the error.
+Upstream's task reports whatever failure torch found first, and its watchdog ends a pod without a
+word. This task keeps upstream's serialization, ``pre`` and worker entrypoint. It runs the same
+``elastic_launch`` inside the engine's observers
+(:class:`rootcause_engine.agent.launch_session.LaunchSession`, as the flytekit flavour does). Flyte 2
+reads one ``error.pb`` per action, written by every pod. So the failing pods agree on one report, and
+every pod raises the same exception. Before the launch, the pod decides once whether the diagnosis
+can run. If not, upstream's ``TorchFunctionTask.execute`` runs instead. ``docs/flyte2.md`` lists the
+steps.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The failing pods agree on one report through the rendezvous store, within a bounded wait.
 
-Why: a backend that reads one error document per action (Flyte 2 reads ``<outputs>/error.pb``, and
-every pod of the job writes that same path) shows the last writer's error, which is a victim's as
-often as not. If every pod writes the *same* document, the order of the writes no longer matters.
-
-How, in the round's store (the c10d rendezvous store torch scoped to the round, keys under
-``rootcause/agree/``), once this pod's diagnosis is made:
-
-1. this pod says what it saw: ``said/<group rank>`` = its :class:`~.diagnosis.agreed.PodWord`,
-   then ``said`` in the round's ledger (:mod:`.round_ledger`: who has spoken is one read of the
-   ledger, whatever the pod count; the word itself, up to megabytes, stays under its own key);
-2. it reads the other pods' words, each once its ``said`` is in the ledger, until every pod that
-   can still speak has spoken (pods the peer watch found lost never will) or ``timeout_s`` has
-   passed;
-3. it proposes the report made of the words it holds (:func:`~.diagnosis.agreed.agreed_report`,
-   pure) under ``decided``, where the first proposal wins (one compare-and-set), and every pod, the
-   proposer included, takes the winning one, so all of them write the same bytes;
-4. it appends ``read`` to the ledger; the pod whose agent hosts the store (the store dies with it)
-   waits, within the same bound, until every pod whose word it holds has read the decision.
-
-A pod that cannot reach the store (its host is gone, it froze) or finds no valid decision writes
-its own best: the report made of its word alone. Store errors never propagate. Every value read is
-checked (:mod:`.store_values`, the words' and the report's parsers in ``diagnosis/agreed.py``): a
-word that is not one is logged once and waited past like a pod that said nothing.
+Why: a backend that reads one error document per action shows the last writer's error. In Flyte 2
+every pod writes the same ``error.pb``, so the last writer is a victim as often as not. If every pod
+writes the *same* document, the order of the writes no longer matters. So each pod says what it saw
+in the round's store, reads the others' words, and takes the first proposed report. A pod that cannot
+reach the store writes its own best. How, step by step: ``docs/design.md``.
 """
 
 from __future__ import annotations

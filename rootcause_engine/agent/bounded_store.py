@@ -1,22 +1,11 @@
 """Every store operation of ours with a deadline: a store whose host froze must not freeze us too.
 
-A pod whose node froze (a VM paused by its host, a kernel stuck, a partition) closes no socket: a
-torch ``TCPStore`` client talking to the store it hosted sends its request and waits for the reply
-for ever (measured with torch 2.13: ``add``, ``set``, ``check`` and ``get`` on a SIGSTOPped store
-server did not return in 120 s; the client's ``timeout`` bounds only waits for keys). So every
-operation of ours (the peer watch, the pods' agreement, the soft-restart worlds) goes through
-:class:`BoundedStore`: it runs on one helper thread, and the caller waits at most ``timeout_s`` for
-it. A late answer is not lost: while an operation is stuck past its deadline,
-the next calls fail at once (the client is busy with the stuck one), and once it returns (the host
-was only slow) the store is usable again, so a long pause of a living host costs a late heartbeat,
-not a false verdict for ever. An operation that raised is re-raised to its caller.
-
-The helper thread is a :class:`~rootcause_engine.thread_guard.GuardedLoop` serving one request per
-step. A step that raises outside the operation (whose own error goes to its caller) fails that call
-at once with :class:`StoreUnresponsive`, the error every caller handles, and serves the next. Should
-the thread die anyway, the calls waiting on it fail at once the same way, and the next call starts a
-new thread (:meth:`BoundedStore._died`): a dead client would otherwise cost each caller its whole
-deadline, then fail every call for ever, and the peer watch would take the store's host for lost.
+Why: a frozen node closes no socket. A torch ``TCPStore`` client that asks a frozen store waits for
+its reply for ever; the client's ``timeout`` bounds only waits for keys. So every operation of ours
+goes through :class:`BoundedStore`. It runs the operation on one helper thread, and the caller waits
+at most ``timeout_s``. A late answer is not lost: once a slow host replies, the store is usable
+again. A long pause of a living host then costs a late heartbeat, not a false verdict. How, with
+the measurement and the thread's failure modes: ``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Agent side: record the exact exit time and status of every worker process.
 
-torch's agent learns that a worker died only when its monitor loop next polls (every
-``monitor_interval`` seconds) and stamps a worker that left no error file (SIGKILL by the OOM
-killer, SIGABRT from the NCCL watchdog) with that *detection* time. The watcher holds a pidfd per
-worker and blocks in ``poll`` on all of them from one thread, so it wakes the moment a worker
-exits. It reads the status with ``waitid(WNOWAIT)``, which leaves the zombie for torch to reap, so
-torch's own bookkeeping is untouched.
-
-Where ``os.pidfd_open`` is missing (non-Linux, kernels before 5.3) it falls back to polling
-``waitid(WNOHANG | WNOWAIT)`` every ``fallback_poll_s``; times are then that coarse.
-
-A process is known by its pid, its start time (``/proc/<pid>/stat`` field 22) and the launch attempt
-it belongs to, never by its pid alone: a restarted attempt's worker may get the pid of a dead worker
-of the attempt before (pids wrap), and must not inherit that worker's exit. The start time alone
-cannot tell two processes started in one clock tick (10 ms) apart; the attempt can.
-
-Each exit carries two stamps: ``exit_ns`` (wall clock: what the report says, and what is compared
-with the workers' own records) and ``exit_mono_ns`` (monotonic: what every deadline in this process
-is measured from, so that a wall-clock step cannot move one).
+Why: torch's agent learns of a worker's death only at its next poll. It stamps a worker that left
+no error file with that *detection* time, up to ``monitor_interval`` late. The watcher holds a pidfd
+per worker and wakes the moment one exits. It reads the status without reaping, so torch's own
+bookkeeping is untouched. A process is known by its pid, start time and launch attempt, so a reused
+pid never inherits another worker's exit. How, with the fallback and the clocks:
+``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """One append-only log of membership events in the rendezvous store, read by every pod alike.
 
-Why one log: what the pods tell each other about who is in, who failed, who is done, who spoke,
-who is lost, who left and who came back is a history, and every reader must see the same history in
-the same order. Kept as one key per fact (a ``failed/<rank>`` key, a ``done/<rank>`` key, a counter
-beside them, a numbered verdict log), each reader polls each key on its own schedule: at a thousand
-pods that is a thousand reads per look, and two readers can see two facts in opposite orders. One
-numbered log costs every pod one counter read per look while nothing happens, and the new entries,
-128 per call, when something did.
-
-Two logs use this class (``rootcause_engine.store_layout``): a round's (the peer watch's
-membership, failures, ends, verdicts and the agreement's words: :mod:`.round_ledger`) and the job's
-(the soft-restart worlds' leaves, joins, fatal failures and lost nodes: :mod:`.soft_world`).
-
-An entry is one :class:`Event`: its kind, the rank it is about (a group rank in a round, a node
-index in the job), a name, a reason, a time and a small JSON payload. Numbering and gaps are
-:class:`~.store_values.StoreLog`'s: a writer that died between numbering its entry and writing it
-delays no later entry, and every reader voids the same gap; a counter that holds no count (forged)
-is repaired by the first pod that reads or appends, so the joins, failures and ends after it land.
-Each entry is checked on its own (kind, rank range, size, depth, types): one that is not an event of
-this log is logged once and skipped by every reader alike.
-
-One lock, held through a look's store calls: the heartbeat and the agreement both look at a round's
-log, and the cursor they share moves for one look at a time; :meth:`EventLog.events` never takes it.
+Why: what the pods tell each other (who is in, failed, done, spoke, lost, left, came back) is a
+history. Every reader must see the same history in the same order. One key per fact would cost a
+thousand reads per look at a thousand pods, and two readers could see two facts in opposite orders.
+One numbered log costs each pod one counter read while nothing happens. A round's ledger
+(:mod:`.round_ledger`) and the job's soft world (:mod:`.soft_world`) use it. How entries, gaps and
+the lock work: ``docs/design.md``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The last-resort failure writer: how a process that must exit *now* still reports its root cause.
 
-The agent watchdog (:mod:`rootcause_engine.agent.watchdog`) ends a hung agent with ``os._exit``:
-no exception unwinds to the entrypoint, so the entrypoint's normal error path (which writes the
-per-worker ``ErrorDocument``) never runs. Instead, the entrypoint registers a *sink* here before it
-runs the task: a callable that writes the error document for an exception to the task's output
-prefix. The watchdog hands its ``ElasticRootCauseError`` to :func:`deliver_last_resort` right
-before exiting.
-
-Process-global on purpose: the watchdog runs deep inside the task, the sink is known only to the
-entrypoint, and one task runs per process. Without a registered sink (local runs, tests) the report
-goes to stderr only; it always goes to stderr too, so the pod log shows it whatever the sink does.
-
-The sink runs on the callback pool (:func:`~rootcause_engine.thread_guard.run_soon`), while the
-agent's main thread is stuck, and the watchdog waits for it under a time limit:
-a sink that hangs (an unreachable object store) must not turn a hung agent into a hung pod.
+Why: the agent watchdog (:mod:`rootcause_engine.agent.watchdog`) ends a hung agent with
+``os._exit``. No exception unwinds to the entrypoint, so its normal error path never runs. So the
+entrypoint registers a *sink* here before it runs the task, and the watchdog hands its error to
+:func:`deliver_last_resort` right before exiting. The report always goes to stderr too. The sink
+runs under a time limit, so a hung object store cannot turn a hung agent into a hung pod. How:
+``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

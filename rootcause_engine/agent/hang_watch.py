@@ -1,39 +1,9 @@
-"""Agent side: watch this pod's workers while the job is healthy, and name one that hangs in a minute or two.
-
-Why: without this, a rank that hangs is named only once its peers' collective times out
-(``diagnosis.hang``): 10 to 60 minutes of an idle fleet with the timeouts users run. Every
-``interval_s`` a look on the agent's callback pool (scheduled by the launch's watch thread):
-
-1. looks at each local worker of the running attempt: its beacon (the last collective it entered
-   per process group, whether that one completed, its open send/recv calls:
-   ``worker.progress_beacon``) and its process tree's CPU time and I/O
-   (``agent.worker_progress``), and follows its progress (``diagnosis.stalled_rank.ProgressTrack``);
-2. publishes, in the round's rendezvous store (the peer watch's bounded client), this pod's waits
-   that have lasted half of ``after_s``: ``rootcause/hang/wait/<group rank>``, overwritten when the
-   set changes (``[]`` once they end). Each says how long it had lasted when first published
-   (``waited_s``, this node's monotonic clock), a figure kept while it lasts, so that the text
-   changes only with the set. A healthy job's collectives complete in moments: it writes nothing
-   but its first ``[]``;
-3. when a local worker has made no progress for half its limit, ``after_s`` (``io_wait_after_s``
-   while its main thread is blocked in a read or write: ``agent.thread_wait``), reads every pod's
-   waits (one ``multi_get``) at each look, noting when it first read each (its monotonic clock: a
-   peer's wait has lasted its ``waited_s`` plus the time since), and once it made none for the whole
-   limit and waits in nothing of its own applies the rule
-   (:func:`~.diagnosis.stalled_rank.stalled_rank_verdict`) with this pod's own waits. Reading from
-   half the limit on, it has read a wait published before then (having lasted half of ``after_s``)
-   for the other half by the time the rule applies: a wait read late is judged shorter than it is,
-   but at least ``after_s`` long, so it never puts the verdict off.
-
-No time of another node is compared with this node's clocks, nor a wall-clock time with another:
-local waits are timed on the host's monotonic clock (the beacon's ``since_mono_ns``), peers' by the
-two pods' monotonic clocks as above (``diagnosis.stalled_rank``, "Clocks"). Only a wait published
-without ``waited_s`` (an older publisher) is timed from its wall-clock start, skew unbounded.
-
-A verdict is kept (by pid, for the diagnosis: :meth:`HangWatch.found`) and handed to ``on_hung``
-(the session ends this pod's workers, probed first for their stacks; torch then reports them failed
-and the one pipeline names the hung rank, and its announcement ends the other pods' workers). The
-store is read only by a pod with a worker still for half its limit: a healthy job costs one small ``set`` per pod
-per round, and per look a few ``/proc`` reads per local worker.
+"""Agent side: watch this pod's workers while the job is healthy, and name one that hangs in a minute or
+two. Without this, a rank that hangs is named only once its peers' collective times out: 10 to 60
+minutes of an idle fleet. So every ``interval_s`` a look follows each local worker's beacon, CPU
+time and I/O. It publishes this pod's long waits in the round's store. It reads every pod's waits
+only while a local worker stands still. A worker still for the whole limit, while a peer waits for
+it, goes to ``on_hung``. A healthy job costs one small store write per pod per round.
 """
 
 from __future__ import annotations

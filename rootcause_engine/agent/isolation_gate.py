@@ -1,22 +1,10 @@
 """Agent side: the isolation gate, the one place a pod decides whether it may declare peers lost.
 
 Why: a pod that is itself cut off sees its peers fall silent, exactly as a healthy pod sees a lost
-one. Naming them would end a healthy job with the wrong pod named. Every ``lost`` this agent
-appends goes through :meth:`IsolationGate.judge` first: the peer watch's verdicts on every road and
-the soft world's nodes that never arrived.
-
-Two steps. First the isolation rule (:func:`rootcause_core.liveness.isolation_side`): a few other
-peers are probed directly, and only the larger side may name anyone. Where the split is even (two
-pods that lost each other), peers cannot tell, so a third party does (``docs/frozen_pods.md``):
-
-- each pod tries the cluster's API endpoint (``KUBERNETES_SERVICE_HOST``, set in every pod) and
-  posts what it reached to the object store its documents go to (:class:`ContactBoard`);
-- it then reads what the accused posted, for up to ``wait_s``. A lost node or a dead NIC posts
-  nothing: lost. The side that reached less is the cut-off one and names no one. Where both
-  reached as much, only the link between them was lost, and both are named as its two ends.
-
-The settling runs on the callback pool (:func:`~rootcause_engine.thread_guard.run_soon`): the
-heartbeat must beat on meanwhile, or a third pod would take this one for lost.
+one. Naming them would end a healthy job with the wrong pod named. So every ``lost`` this agent
+appends goes through :meth:`IsolationGate.judge` first. Only the larger side of a split may name
+anyone. Where the split is even, a third party decides: what each pod reached of the cluster, posted
+on the object store (:class:`ContactBoard`). How: ``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Agent side: the workers of one launch, and the moments that decide who is a victim.
 
-Why a ledger of its own: the diagnosis judges each failed worker against the moment the teardown of
-its attempt began and the moment the first signal went out (a worker that failed before either is
-no victim of it), and the agent watchdog and the hang watch judge the agent's phases (rendezvous,
-exit barrier) by how long it has been in them. Every one of those moments is written here once, by
-whoever sees it first (torch's ``close``, the join wrapper, the watchdog's own teardown), and read by
-all of them; the first stamp of a moment wins.
-
-Every exit the kernel already reports is recorded before a teardown moment is stamped (the death
-watcher's ``confirm_exit``): a worker that died before that moment must not look like a victim
-because the watcher thread had not yet had the CPU to stamp it.
-
-Clocks: the teardown moments are wall clock (they are compared with the times the workers record
-themselves, and reported); the phases' moments are monotonic (only this process's watchdog measures
-deadlines from them, and a wall-clock step must not move a deadline).
-
-One lock guards it all: the agent's thread, the watchdog, the hang watch and the watchers write and read
-it, and each call holds the lock for a few dictionary and list operations only (never a store call or
-a wait).
+Why: the diagnosis judges each failed worker against the moment its attempt's teardown began. The
+agent watchdog and the hang watch judge the agent's phases by how long it has been in them. Several
+parties see those moments first: torch's ``close``, the join wrapper, the watchdog's own teardown.
+So each moment is written here once, by whoever sees it first, and read by all of them. The first
+stamp wins. How, with the clocks and the lock: ``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

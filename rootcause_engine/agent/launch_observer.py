@@ -1,33 +1,12 @@
 """Agent side: see every worker torch elastic starts, and when the agent begins tearing them down.
 
-This module installs the wraps; what they see is kept by three parts of the observer, one job each:
-the :class:`~.launch_ledger.LaunchLedger` (workers, and the moments of teardowns and phases), the
-:class:`~.worker_ends.WorkerEnds` (torch's process contexts, read for how each worker ended) and the
-:class:`~.worker_teardown.WorkerTeardown` (the one policy that ends workers).
-
-torch's ``LocalElasticAgent`` starts each attempt's workers with ``start_processes`` and ends them
-with ``PContext.close`` (SIGTERM, then SIGKILL after a timeout). While a launch runs, this module
-wraps that one function in the agent module, so that for each new process context it:
-
-- registers every worker pid with the :class:`DeathWatcher` (exact exit times), together with its
-  ranks, restart attempt and error-file path (from the context torch built);
-- wraps that context's ``close`` to note when teardown began (the report's timeline) and when its
-  first signal went out, after the probe (a worker still alive then and ended afterwards is a
-  *victim*), and to apply the configured grace period between SIGTERM and SIGKILL;
-- on the function path, also wraps the ``torch.multiprocessing`` ``ProcessContext.join`` the
-  context polls: when torch's join sees a failed worker it terminates the others *itself*, with a
-  hard-coded 30 s before SIGKILL (``grace_period=None``), before ``close`` is ever called. The
-  wrapper sees the failure first and ends the others itself under the configured grace
-  (``WorkerTeardown.end_workers``); torch's join then finds everyone gone and reports the
-  failed worker.
-
-Both launch paths (function workers via ``MultiprocessContext``, binaries via ``SubprocessContext``)
-go through ``start_processes``, so both are covered. ``observing_launch`` also notes when the agent
-is inside a rendezvous (which may legitimately wait for peers for minutes), for the agent watchdog.
-
-This module decides what to do; *how* it reaches into torch (which attribute holds what, which
-global or method is replaced) is :mod:`rootcause_engine.upstream.torch_elastic`, which also
-checks the torch version before the first patch.
+Why: torch's agent keeps its workers and its teardown to itself. The report needs exact exits,
+teardown times, and a teardown under the configured grace. So while a launch runs, this module wraps
+torch's ``start_processes`` and each process context's ``close`` (and, on the function path,
+``join``). What the wraps see is kept by three parts: the :class:`~.launch_ledger.LaunchLedger`, the
+:class:`~.worker_ends.WorkerEnds` and the :class:`~.worker_teardown.WorkerTeardown`. How it reaches
+into torch is :mod:`rootcause_engine.upstream.torch_elastic`. How the wraps work:
+``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """One immutable record of a launch attempt: the facts the diagnosis is made from.
 
-A failure reaches the diagnosis by several roads (torch reports a failed worker, the agent loses
-its store, the agent watchdog finds the agent hung, a soft restart diagnoses the failure it may
-heal), and each used to gather its own picture of the attempt and answer "did this worker fail,
-and when" its own way. Now each road takes a :class:`LaunchRecord` (:func:`record_launch`) and
-hands it to the one pipeline (:mod:`.diagnosis.pipeline`), and the questions are answered here,
-once, on the record:
-
-- :meth:`WorkerRecord.exit_status`: the exit code or signal (the death watcher's reading, else
-  torch's process handle, else torch's detection);
-- :meth:`WorkerRecord.failed`: an error file, a signal, a non-zero exit, or an exit before the
-  attempt's results were delivered;
-- :meth:`WorkerRecord.failure_time`: recorded by the worker (ns) > observed exit (ns) > torch's
-  whole-second detection.
-
-Sources: the launch observer (pids, ranks, error-file paths, teardown times, probe answers), the
-death watcher (exact exit times and statuses), each worker's error file, kfpytorch's
-``recoverable_error`` marker file, and torch's ``ChildFailedError`` (the least precise source).
-Reading a record touches no torch state that a hung agent may hold, so the watchdog can take one.
+Why: a failure reaches the diagnosis by several roads. Torch reports a failed worker, the agent
+loses its store, the watchdog finds the agent hung, a soft restart diagnoses what it may heal. Each
+road could gather its own picture and answer "did this worker fail, and when" its own way. Instead
+each takes a :class:`LaunchRecord` (:func:`record_launch`) to the one pipeline
+(:mod:`.diagnosis.pipeline`). The questions are answered here, once. Reading a record touches no
+torch state, so the watchdog can take one. Sources and rules: ``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """One observed elastic launch: every observer the engine puts around torch's agent, and its diagnosis.
 
-Both front-ends (flytekit's ``ElasticRootCauseFunctionTask`` and Flyte 2's
-``RootCauseTorchFunctionTask``) run torch elastic's launch the same way; only how they call the
-launch and what they turn the diagnosis into differ. This module is the part they share, so the
-order in which the observers are entered (it matters: see each step) exists once:
-
-1. :class:`LaunchSession` (outer block): the stores torch would serve from a forking agent run in
-   keepers (:mod:`.store_keeper`, before any thread starts), the death watcher, the soft-restart
-   channel, the launch observer, the hang watch (its verdict ends this pod's workers), the peer
-   watch with its lost-pod handler, the agent watchdog;
-2. :meth:`LaunchSession.running` (inner block, around the launch call itself): the agent's
-   environment (NCCL and process settings), the soft-restart loop in torch's agent, torch's
-   preformatted exceptions, the launch observer's patches, the launch's watch thread (the
-   watchdog's looks and the hang watch's schedule; the hang watch's looks run on the callback pool);
-3. after the launch raised, :meth:`LaunchSession.workers_failed`, :meth:`LaunchSession.store_lost`
-   or (anything else torch's agent raised) :meth:`LaunchSession.agent_failed` runs the one
-   diagnosis pipeline on the last attempt, with the peers and the soft restarts before.
-
-The peer watch is finished and closed when the outer block ends, so the diagnosis (which tells and
-asks the peers) and whatever the front-end does with the peers' store after it (Flyte 2's agreement)
-happen inside it.
+Why: both front-ends (flytekit's and Flyte 2's) run torch elastic's launch the same way. Only how
+they call it and what they make of the diagnosis differ. The order in which the observers are
+entered matters, so it exists once, here. :class:`LaunchSession` holds the observers for the launch.
+:meth:`LaunchSession.running` wraps the launch call itself. After the launch raised, one method runs
+the one diagnosis pipeline on the last attempt. The order, step by step: ``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """Agent side: a TCP connection to the watched peer pod, whose closing says at once that its agent may be gone.
 
-Why: the heartbeat alone can only say "silent for ``lost_after_s``" (5 s by default, so that a
-thousand pods on busy hosts get no false verdict). Most lost pods are not silent, though: a pod
-that is deleted, evicted or OOM-killed, or whose processes are all killed, has its sockets closed by
-its kernel, and the other end reads the close within a round trip. Each agent therefore listens on
-one port (bound on the address it reaches the rendezvous store from, the one its peers reach it
-on, as gloo and NCCL are reached), and the pod that watches it by heartbeat also holds a connection
-to it. That connection never carries data after a greeting: when it reads an end of stream (or a
-reset) after the greeting, the watched agent's process has most likely ended. Most likely only: a
-proxy's idle timeout or a conntrack flush closes a connection whose two ends live on. So a closing
-is evidence, not a verdict: the peer watch declares the peer lost once its heartbeat has stopped
-too (a beat or two, instead of the whole silence limit), it said neither "failed" nor "done" in
-the store, and a fresh connection to its listener (:func:`probe`) is not greeted (a live agent's
-hub greets it even while its heartbeat pauses; a dead pod's port refuses it at once); a link that
-closed while the peer lives is made again. The watcher's end sends TCP
-keepalives (:data:`KEEPALIVE_IDLE_S`), so a middlebox that forgets idle connections sees this one
-used.
-
-A node that loses power, panics or is cut off closes nothing: its link stays open and silent, and
-the heartbeat's silence limit is what finds it. A link that cannot be made (the peer's
-port is filtered, the peer runs an older version) is no evidence of anything: the peer is watched
-by heartbeat alone.
-
-One process-wide hub serves every watch of the process (a pod's agent, or the many simulated pods of
-a scale test): one listening socket per local address, one thread, one ``selectors`` loop, so a
-thousand links cost a thousand sockets, not a thousand threads. A forked child (a worker, a store
-keeper) drops its copies of the hub's sockets without closing the connections: the agent's are
-the ones that must close when the agent ends.
+Why: the heartbeat alone can only say "silent for ``lost_after_s``" (5 s by default). Most lost pods
+are not silent, though. A deleted, evicted or killed pod has its sockets closed by its kernel, and
+the other end reads the close within a round trip. So the watcher holds a connection to its peer's
+agent. A closing is evidence, not a verdict: a proxy may close a link whose ends live on. The peer
+watch confirms it by the heartbeat and a fresh probe. How, with the hub: ``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Agent side: who the other pods of the attempt are, and which of them are gone when ours fail.
 
-Why: a pod that vanishes (a lost node, a preempted VM, an evicted pod) writes no error file, and a
-frozen or partitioned one closes no socket, so nothing fails until a collective times out, 10 to 30
-minutes later; its peers' workers then fail as victims and, without more, every report names a
-victim or nothing. The peers are the only witnesses left. So each agent joins the round's ledger
-(:mod:`.round_ledger`), beats in the round's store, watches one successor's heartbeat and link
-(:mod:`.liveness_beat`), announces its own failure before it diagnoses
-(:mod:`.failure_announcements`), and names a silent peer lost only through the isolation gate
-(:mod:`.lost_verdict`). :class:`PeerWatch` is the face the agent sees: it makes those parts for each
-round (:mod:`.peer_round`) and keeps what outlives a round (the callbacks, the report's notes, the
-fork-safety of its store calls). How, with its costs and margins: ``docs/frozen_pods.md``.
+Why: a pod that vanishes writes no error file, and a frozen one closes no socket. Nothing fails
+until a collective times out, 10 to 30 minutes later. Its peers' workers then fail as victims, and
+every report names a victim or nothing. The peers are the only witnesses left. So each agent joins
+the round's ledger, beats, watches one successor, and names a silent peer lost only through the
+isolation gate. :class:`PeerWatch` is the face the agent sees. How, with its parts, costs and
+margins: ``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """A pod without global rank 0 exits only once rank 0's pod has written the task's outputs.
 
-Why (a success must read as one): the Kubeflow training operator marks an elastic
-PyTorchJob ``Succeeded`` as soon as *any* of its pods exits 0, and Flyte reads the task's outputs
-at that moment. Only the pod holding global rank 0 writes ``outputs.pb``; every other pod writes
-nothing on success (flytekit: kfpytorch raises ``IgnoreOutputs``; Flyte 2: the pod's ``a0`` is
-marked a nonzero-rank clustered worker). All pods leave torch's exit barrier together, so a pod
-without rank 0 could exit 0 while rank 0's pod was still converting and uploading its value, and
-Flyte would find no outputs in a job that succeeded. Such a pod therefore waits, after its launch and
-before it writes nothing, until one of these is in the task's output prefix:
-
-- ``outputs.pb``: rank 0's pod is done; exiting 0 is now safe, whichever pod the operator sees first;
-- an error document: rank 0's pod (or another) failed after training and wrote why; that is the
-  job's answer, and this pod adds nothing to it.
-
-When neither comes within the bound (``rank_0_outputs_timeout_s``), rank 0's pod died or vanished
-after training, or its upload is stuck: the pod must not exit 0, or the job would read as
-succeeded with its outputs missing. A pod the kubelet stops meanwhile waits at most
-:data:`STOPPED_WAIT_S` more: the bound outlives the kubelet's 30 s grace, and a pod SIGKILLed at its
-end exits 137, which fails the whole job with nothing read. The front-end raises a recoverable error
-(:class:`MissingRank0Outputs` says what happened), so the pod writes an error document and
-Flyte retries.
-
-This module is the loop and the message, once for both front-ends; how a look at the store is made
-(flytekit's ``FileAccessProvider``, Flyte 2's ``flyte.storage``) is each front-end's. Pure: the
-store, the clock and the sleep are the caller's, so the loop is tested without waiting.
+Why: the Kubeflow training operator marks an elastic PyTorchJob ``Succeeded`` as soon as *any* pod
+exits 0. Flyte reads the task's outputs at that moment. Only rank 0's pod writes them. So a pod
+without rank 0 waits until rank 0's outputs or an error document is in the task's output prefix.
+If neither comes within the bound, it raises :class:`MissingRank0Outputs`, a recoverable error.
+The loop is pure and shared by both front-ends. How, with the bounds: ``docs/design.md``.
 """
 
 from __future__ import annotations

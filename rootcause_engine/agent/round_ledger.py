@@ -1,25 +1,9 @@
 """A rendezvous round's membership ledger: who joined, failed, finished, spoke, read and was lost.
 
-Why: the peer watch (membership, failure announcements, ends, lost-pod verdicts), the hang rule
-(which collective each pod's workers timed out in) and the agreement (who has said its word, who
-has read the decision) all ask the same question of the round's store: what has each pod told the
-others so far? They read it here, from one :class:`~.event_log.EventLog` (``rootcause/events``),
-each pod's copy shared by all of them: one counter read per heartbeat while nothing happens.
-
-The events, each about one pod (its group rank):
-
-- ``join``: the pod's member entry (pod name, first global rank, worker count, whether it hosts the
-  store) and where its peer link listens, written once after the rendezvous;
-- ``failed``: its workers failed (before its diagnosis: failing, not lost), with the collective
-  they timed out in when they did (the hung-rank rule);
-- ``done``: it is done with the round (its workers returned, or it is leaving): silence expected;
-- ``said``: its word for the agreement is in the store (the word itself, up to megabytes, lives
-  under ``said_key``: the log holds small events);
-- ``read``: it has read the agreed report (the store's host waits for the readers before it goes);
-- ``lost``: a watcher's verdict (``data``: the pod's last beat, ``by``: the witness's group rank).
-
-What the ledger holds is read from the history in log order; the first ``join`` of a rank counts
-(a later one is not that pod's), any number of verdicts on one pod name the same pod.
+Why: the peer watch, the hang rule and the agreement all ask the same question of the round's
+store: what has each pod told the others so far? They read it here, from one
+:class:`~.event_log.EventLog`. Each pod's copy is shared by all of them. That costs one counter read
+per heartbeat while nothing happens. The events and how they are read: ``docs/frozen_pods.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Soft restarts, agent side: the soft-restart RFC's run loop for torch's ``LocalElasticAgent``.
 
-torch's loop answers any failure with a hard restart: every agent stops every worker and all
-rendezvous again. This loop (``restart_policy="soft"``, the RFC's ``soft-no-replace``) does instead:
-
-- **a local worker failed**: stop this node's workers (they become victims, as today), diagnose the
-  failure exactly as the hard path does (root cause vs victims), and log it for every pod. If the root cause is
-  recoverable, this node has not failed before, and restarts remain: leave the world (the others
-  scale down and go on at once), start this node's workers again PAUSED (they initialise while the
-  others train), wait until each says it is ready, then join (the others scale up). Otherwise log a
-  fatal change (every node ends its workers) and return the failure, which the task reports with
-  every earlier soft-restart failure.
-- **another node changed the world**: send this node's workers PAUSED, arrive at the new world,
-  send HEALTHY with their new ranks (:mod:`.soft_world`). The workers keep their processes.
-
-The first world is torch's rendezvous; the workers' ranks in torch's ``WorkerGroup`` follow every
-world, so return values are keyed by the final world's ranks, as kfpytorch expects. The loop runs in
-torch's agent (:func:`rootcause_engine.upstream.torch_agent_loop.launcher_agent_with_loop`).
+Why: torch's loop answers any failure with a hard restart. Every agent stops every worker and all
+rendezvous again. This loop (``restart_policy="soft"``) keeps the survivors' processes instead. A
+node whose worker failed restarts only its own workers and rejoins, if the failure is recoverable.
+The other nodes pause their workers, agree on the new world (:mod:`.soft_world`), and go on. How,
+case by case: ``docs/soft_restarts.md``.
 """
 
 from __future__ import annotations

@@ -1,50 +1,10 @@
 """Soft restarts: how the pods agree on the next world without torch's rendezvous.
 
-Why not torch's ``DynamicRendezvousHandler`` for every change: its join loop polls the store once a
-second (``_delay(seconds=1)`` on every ``SYNC``), its last-call wait is a whole number of seconds
-(``last_call_timeout`` is read with ``get_as_int`` and must be > 0), and a member can only leave a
-complete round by joining the next one. Survivors would pay 1-2 s per change. The first world *is*
-torch's rendezvous (group ranks, store, master address); every later one is agreed here, in that
-round's store (the c10d rendezvous store, alive as long as the job), with a few keys:
-
-- ``log/len`` and ``log/<i>``: an append-only log of membership events (``leave``: a node failed
-  and restarts its workers; ``join``: its workers are ready again; ``fatal``: a failure that ends
-  the job; ``lost``: a member that never arrived, or that the peer watch found lost: a pod that
-  vanished or froze), the job's :class:`~.event_log.EventLog` (a round's ledger is the same class
-  under the round's prefix). Appending is one atomic ``add`` for the index and one
-  ``compare_set`` for the entry: an index whose writer died before writing it is voided after a
-  short grace by the first reader that waited for it, so every node reads the same log.
-- ``world/<v>``: world ``v`` covers the log up to the length written there. The first proposer wins
-  (``compare_set``); its members are the first world's nodes with the log applied, in node order.
-- ``arrive/<v>/<node>``: a member is ready for world ``v``; ``decided/<v>``: ``formed`` once every
-  member arrived, or ``abandoned`` (a newer world was proposed, or a member never came). The first
-  decision wins (``compare_set``), so all pods agree whether ``v`` was formed.
-- ``finished``: a node's workers all returned: the training is over, so a node still restarting
-  (whose workers are not in the current world) stops waiting for a world and ends too.
-- ``exit/<node>``: the node reached the end of the job; once the world is no longer the first one
-  (a node lost, or one added), the nodes wait for each other here instead of in torch's exit
-  barrier (which waits for every node of the first world).
-- ``job``: the job is running (the first world's node count), written by every node of the first
-  world; ``added``: how many pods joined the running job later.
-
-A node's index is its group rank in the first world; a node keeps it across restarts, so a node that
-comes back gets its old ranks back. A pod that arrives once the job runs (Kubernetes rescheduled a
-lost one, or the job started with fewer than ``nnodes``' maximum) does not go through torch's
-rendezvous, whose round is closed: it takes the next free index (:meth:`SoftWorld.join_running`)
-and joins like a restarted node. These keys live in the rendezvous store under the job's run id,
-not under the first round's prefix, so such a pod finds them.
-
-Every store call is one of :class:`~.soft_world_store.SoftWorldStore`'s typed operations (one bounded
-client, ``store_timeout_s`` per call: a store whose host froze raises ``StoreUnresponsive``, a
-``TimeoutError``, instead of blocking the loop for ever; its docstring holds the one error policy),
-and every value read is checked by :mod:`.store_values`. Each node reads the same bytes, so a value
-that is not valid is skipped alike by all: an entry that is not a change, a proposal that is no
-length (its world is abandoned), a decision that is neither ``formed`` nor ``abandoned`` (not
-formed). A log longer than :data:`MAX_LOG_ENTRIES` cannot be agreed on: :class:`WorldUnreadable`.
-
-A :class:`SoftWorld` is what the loop asks at every step (a change proposed? the training over?) and
-this node's own changes; its two parts are the rarer moments: :class:`WorldEntry` (``world.entry``:
-the first world, a join) and :class:`ExitBarrier` (``world.exit``: the end of the job).
+Why: torch's ``DynamicRendezvousHandler`` polls its store once a second, and its last-call wait is a
+whole number of seconds. Survivors would pay 1-2 s per change. So the first world *is* torch's
+rendezvous, and every later one is agreed here, with a few keys in the job's store. A log of
+membership events says who left, joined or was lost. The first proposal of a world wins, and the
+first decision on it too, so all pods agree. The keys and their rules: ``docs/soft_restarts.md``.
 """
 
 from __future__ import annotations

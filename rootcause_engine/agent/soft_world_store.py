@@ -1,24 +1,10 @@
 """The soft-restart world's keys in the job's store, as typed operations named for what they do.
 
-Why: the soft world (:mod:`.soft_world`) agrees on each next world through a handful of key families
-(``rootcause_engine.store_layout``: the job announcement, the finished mark, the exits, the
-membership log and its lost claims, the world proposals, arrivals and decisions). Spelt as
-``call("compare_set", key, "", value)`` beside the agreement's logic, each family's encoding and
-check was repeated at every use; here each is written once, and the agreement reads as what it
-does (``worlds.claim``, ``arrive``, ``decide``...). Values are encoded as before and checked by
-:mod:`.store_values` (the shared implementation: :class:`~.store_values.StoreLog` under the log).
-
-**One call at a time.** Every operation goes through one :class:`~.bounded_store.BoundedStore`
-client, which serves one call at a time and makes a second caller wait for the first (the loop, its
-SIGTERM path and a test's threads may share a world).
-
-**Error policy** (the same for every method): nothing is caught here. An operation the store does
-not answer within ``timeout_s`` raises :class:`~.bounded_store.StoreUnresponsive` (a
-``TimeoutError``); whatever the store raises (:data:`~.bounded_store.STORE_ERRORS`) reaches the
-caller as it is. A value that is not what its key holds (every node reads the same bytes) is logged
-once and read as absent, or as the answer documented on the method (a decision that is neither
-``formed`` nor ``abandoned`` is ``abandoned``); a counter that holds no count, or a full log, is
-``None``, for the caller to give up clearly.
+Why: the soft world (:mod:`.soft_world`) agrees on each next world through a handful of key
+families. Spelt as raw store calls beside the agreement's logic, each family's encoding and check
+would be repeated at every use. Here each is written once, and the agreement reads as what it does
+(``worlds.claim``, ``arrive``, ``decide``). Every operation goes through one bounded client. The
+error policy, the same for every method: ``docs/soft_restarts.md``.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The job's stores kept in processes of their own when the agent forks its workers.
 
-torch's c10d rendezvous runs two ``TCPStore`` servers on threads of agents: the rendezvous store
-(in the agent of the pod matching ``PET_RDZV_ENDPOINT``) and, since torch 2.4, the workers' shared
-store (their ``MASTER_ADDR``/``MASTER_PORT``, in the agent that got rank 0 in the round). Each
-server thread reverse-resolves every peer it accepts (``getnameinfo`` for its log line), taking
-glibc's process-wide resolver lock each time. A worker forked (``start_method="fork"``) while that
-thread held the lock inherits it held, with no thread left to release it: its first name lookup
-(its own ``TCPStore`` client, in ``init_process_group``) waits on a futex forever, deaf to SIGTERM.
-Peers connect exactly when that agent forks (every pod starts its workers at once, and a soft
-restart's survivors reconnect while the failed pod's agent forks the replacements), so under load
-it happened: a native stack of such a worker reads ``TCPStore::TCPStore -> getaddrinfo ->
-__resolv_context_get -> __lll_lock_wait_private``.
-
-So with ``fork``, each of those servers runs in a *keeper*: the agent binds the server's port
-itself and forks a keeper, which serves torch's store on that socket (``master_listen_fd``); the
-agent talks to it as a client. For the rendezvous store that is torch's own fallback (the port is
-taken, so torch connects: several processes of one rendezvous on one machine); for the workers'
-store, torch's factory is replaced for the launch. The agent then has no store thread to hold the
-lock when it forks. Both keepers are forked where no thread of the agent uses the resolver (before
-the launch, and right after a rendezvous whose store already is in a keeper). The rest stays:
-
-- the agent keeps its copy of the listening socket, so /proc still says this agent hosts the store
-  (:mod:`.rendezvous_host`: the straggler check never excludes it, peers name it when it is lost);
-- a store dies with its host: a keeper exits when the agent process does (it waits on the agent's
-  pidfd; SIGTERM and SIGINT do not stop it, as they do not stop the agent's thread), and the pod's
-  end kills it with everything else;
-- ``spawn`` and ``forkserver`` workers inherit no lock, so nothing changes for them. Where torch
-  would not host the rendezvous store here (a remote endpoint, port 0, an explicit ``is_host``,
-  another process of this machine already listening), it stays where torch puts it.
+Why: torch runs its ``TCPStore`` servers on threads of agents. Each server thread takes glibc's
+resolver lock for every peer it accepts. A worker forked while that lock is held inherits it held.
+Its first name lookup then waits forever, deaf to SIGTERM. Peers connect exactly when agents fork,
+so under load it happens. So with ``fork``, each server runs in a *keeper* process, and the agent
+talks to it as a client. The agent then holds no store thread when it forks. How:
+``docs/design.md``.
 """
 
 from __future__ import annotations

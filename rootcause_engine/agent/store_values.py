@@ -2,33 +2,9 @@
 
 Why: the store is shared by every pod of the job, and by anything else that reaches its port. A
 value that is not what its key should hold (a torn or stray write, a bug, a forger) must cost its
-reader that value and nothing more: never a watch, a heartbeat thread, a diagnosis, an agreement or
-a world change. So every reader (``peer_watch``, ``agreement`` and ``diagnosis/agreed``,
-``soft_world``) takes its values through these functions:
-
-- **size**: a value longer than its key's cap is refused before it is decoded;
-- **depth**: JSON is parsed by :func:`rootcause_core.bounded_json.loads_bounded` (no recursion);
-- **type**: the accessors return ``None`` for a value of the wrong type or out of range;
-- **numbers** are ASCII decimal (``[0-9]``, a leading ``-`` only where negatives mean something:
-  :func:`decimal`), each within its bounds: ``int()`` also reads ``"+5"``, ``" 5"``, ``"5_000"``
-  and other scripts' digits (the Arabic-Indic three reads as 3), none of which torch's server
-  takes as a number; a wall-clock time is nanoseconds since the epoch in an int64 (:func:`time_value`,
-  :func:`as_time_ns`), so no reader's arithmetic or formatting of it can overflow;
-- **counters** are read without asking the store to parse them (:func:`read_counter`): torch's
-  ``TCPStore`` server answers an ``add`` on a key that holds no decimal number by closing the
-  client's connection (measured, torch 2.13: ``stoll`` in the server's log, every later call of that
-  client fails), so a counter forged to ``"abc"`` and read with ``add(key, 0)`` would cut every pod
-  off the store at its next heartbeat. A counter is bumped (:func:`bump_counter`) only when it reads
-  as a count; a log's counter that holds no count is repaired (:meth:`StoreLog.repair`), so that a
-  forged counter costs the log nothing but itself;
-- **logs** (numbered entries under a counter: the lost-pod verdicts, the soft-restart membership
-  log) are read by :class:`LogCursor`: at most :data:`MAX_KEYS_PER_READ` keys per store call, up to
-  a count that must be plausible, each entry on its own, so an entry whose writer died between
-  numbering it and writing it (a gap) delays no later entry; after :data:`GAP_GRACE_S` the gap is
-  voided with one ``compare_set``, so every reader skips the same entries and a writer that comes
-  late finds its entry voided and numbers it again (:meth:`StoreLog.append`).
-
-A bad value is logged once per key (:func:`bad_value`) and treated as absent.
+reader that value and nothing more. It must never cost a watch, a heartbeat, a diagnosis, an
+agreement or a world change. So every reader takes its values through these functions. A bad value
+is logged once per key (:func:`bad_value`) and treated as absent. The checks: ``docs/design.md``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Agent side: what a worker's main thread waits in, from ``/proc``: a read or write that will return
 (``io``), or a program that is stuck (``stuck``).
 
-Why: a rank blocked in a read from a stalled filesystem (an NFS failover, a storage stall, a FIFO whose
-writer comes late) spends no CPU and counts no I/O until the call returns, exactly like a rank asleep
-in user code or deadlocked on a lock: the counters of :mod:`.worker_progress` cannot tell them apart.
-The kernel can, by the thread's
-
-- state (``/proc/<pid>/task/<tid>/stat``, field 3: ``D`` uninterruptible, ``S`` sleeping, ``T``/``t``
-  stopped);
-- wait channel (``/proc/<pid>/task/<tid>/wchan``: ``pipe_read``, ``nfs_*``, ``rpc_*``, ``io_schedule``,
-  ``folio_wait*``... against ``futex_wait*``, ``hrtimer_nanosleep``, ``do_signal_stop``);
-- system call (``/proc/<pid>/task/<tid>/syscall``, its first field: ``read``, ``pread64``, ``write``...
-  against ``futex``, ``clock_nanosleep``, ``poll``...), and, for a read or write, what its file
-  descriptor is (``/proc/<pid>/fd/<fd>``: a pipe or a file, not a socket).
-
-:func:`classify_wait` is the pure rule; :func:`main_thread_wait` reads ``/proc`` for it, defensively
-(a thread may vanish, a file may be unreadable: ``unknown``, never an exception). A socket read is
-left ``unknown``: a rank waiting on a peer's socket outside any collective is what the hang rule
-judges at ``hang_after_s``. The hang watch gives an ``io`` wait its own, longer limit
-(``io_wait_after_s``).
+Why: a rank blocked in a read from a stalled filesystem spends no CPU and counts no I/O. So does a
+rank asleep in user code or deadlocked on a lock. The counters of :mod:`.worker_progress` cannot
+tell them apart, but the kernel can. :func:`classify_wait` is the pure rule, and
+:func:`main_thread_wait` reads ``/proc`` for it. The hang watch gives an ``io`` wait its own, longer
+limit. What is read: ``docs/design.md``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,10 @@
 """Agent watchdog: a hung elastic agent still ends the pod, and still reports the root cause.
 
-torch's agent can get stuck after its workers failed: a poll or teardown that never returns, a
-rendezvous whose store died with a peer, a deadlock when every worker dies at once (SIGABRT from
-the NCCL watchdog). The pod then hangs until someone kills it, and no error document is written.
-Flyte 2's pytorch plugin counts zombie children and calls ``os._exit(1)``: the pod ends, silently.
-
-This watchdog runs on the launch's watch thread (:func:`launch_watch`, shared with the hang watch's
-schedule) for the duration of the launch. Every ``interval_s`` it looks at what the launch observer
-and the death watcher know (no torch state, nothing that blocks) and decides, with the pure
-:func:`hang_deadline_ns`, whether the agent is hung:
-
-- a worker of the last attempt failed (a non-zero exit, a death by signal, an error file, or, in a
-  function launch, any exit before torch collected every return value) and the agent has not
-  finished with it within ``hang_timeout_s``: torch needs one monitor interval plus one teardown
-  grace for that, so a minute without returning from the launch means it never will;
-- every worker of the last attempt exited and the agent, outside torch's exit barrier, has not
-  finished within ``hang_timeout_s`` of the last exit (or of leaving the barrier), whatever its
-  monitor loop believes;
-- the agent entered a rendezvous (a restart) and is still in it ``hang_timeout_s`` after the
-  rendezvous' own time limit (``join_timeout`` + ``last_call_timeout``), or its exit barrier
-  ``hang_timeout_s`` after the barrier's own limit (300 s).
-
-What it knows of the workers comes from the death watcher, confirmed by asking the kernel directly
-on every look (so a starved or stopped watcher thread cannot blind it), never from torch's state.
-Every moment it measures a deadline from is monotonic: a wall-clock step (NTP, a VM resumed) must
-neither fire it early nor hold it back.
-
-When it fires it notes teardown, ends any surviving worker (SIGTERM, grace, SIGKILL: they become
-victims), takes the launch record and runs the one diagnosis pipeline on it, peers included, as
-every other road does (:func:`.diagnosis.pipeline.diagnose`, trigger ``AGENT_HUNG``), turns the
-diagnosis into the front-end's exception (``error_of``, given by the task), hands that to the
-last-resort failure sink (:mod:`failure_sink`: the entrypoint's per-worker error-file writer, else
-stderr), and exits: with 0 once the sink wrote the document (the exit-0 contract: the training
-operator fails a PyTorchJob as soon as one pod exits non-zero, and Flyte then reads no error
-document at all, so a non-zero exit would hide the very report the watchdog just wrote), with
-:data:`AGENT_HUNG_EXIT_CODE` when no document could be written.
+Why: torch's agent can get stuck after its workers failed. The pod then hangs until someone kills
+it, and no error document is written. This watchdog looks at what the launch observer and the death
+watcher know, never at torch's state. When the agent is hung past ``hang_timeout_s``, it ends the
+workers, runs the one diagnosis pipeline, and hands the report to the failure sink
+(:mod:`.failure_sink`). Then it exits. The rules and the exit code: ``docs/teardown_watchdog.md``.
 """
 
 from __future__ import annotations

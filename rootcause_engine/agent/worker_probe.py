@@ -1,20 +1,10 @@
 """Agent side: ask the live workers where they are, just before tearing them down.
 
-Why: after a collective timeout, the rank that hung is alive and silent; once SIGTERM ends it, it
-looks like every other victim. Each worker that installed the probe
-(:mod:`rootcause_engine.worker.hang_probe`) answers :data:`PROBE_SIGNAL` with its stacks
-(at once, from a C signal handler) and its last collective per process group (from Python, when
-its main thread runs). The agent waits for the stacks of every probed worker, and for the
-collectives of those that can answer, up to ``wait_s``: a rank blocked inside a collective cannot
-answer from Python, and its stack already says where it is.
-
-A worker that answers nothing at all (no stacks: a stopped process, SIGSTOP or a frozen container,
-runs no handler) is not dropped: its answer says what the agent saw instead, its ``/proc`` state
-(``T``: stopped) and its progress beacon's last beat (:mod:`rootcause_engine.worker.progress_beacon`:
-its last collectives, and when it last wrote). The diagnosis (``diagnosis.hang``) judges by those.
-
-Cost: nothing unless a teardown has live workers to end; then one signal per live worker and the
-wait for their answers (milliseconds when every worker answers), bounded by ``wait_s``.
+Why: after a collective timeout, the rank that hung is alive and silent. Once SIGTERM ends it, it
+looks like every other victim. So each worker that installed the probe
+(:mod:`rootcause_engine.worker.hang_probe`) answers :data:`PROBE_SIGNAL` with its stacks and last
+collectives. A worker that answers nothing is not dropped: its answer says what the agent saw
+instead. The wait is bounded by ``wait_s``. How, with the cost: ``docs/design.md``.
 """
 
 from __future__ import annotations

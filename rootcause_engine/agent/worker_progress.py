@@ -1,25 +1,10 @@
 """Agent side: how much a local worker did, read from outside (``/proc``), with no help from its code.
 
-Why: a rank that hangs says nothing, and one that computes alone for minutes (rank 0 evaluating,
-serialising a checkpoint, writing a large file) says nothing either while its peers wait for it.
-What tells them apart is whether the process moves: CPU time spent, bytes read or written. Both are
-counters the kernel keeps for every process, so the training loop needs no change:
-
-- ``/proc/<pid>/stat``: ``utime + stime`` (every thread), plus ``cutime + cstime`` (children it
-  reaped), and the state letter (``R``, ``S``, ``D`` uninterruptible, ``T`` stopped, ``Z``);
-- ``/proc/<pid>/io``: ``rchar + wchar`` (every read and write call, sockets and the page cache
-  included) plus ``read_bytes + write_bytes`` (what reached the storage layer, which also counts a
-  memory-mapped file's page faults).
-
-The worker's *descendants* count as the worker: a data loader's worker processes do the rank's
-work while its main process waits on their queue. The price: a hung rank with a busy child (a
-metrics uploader that keeps sending) still moves, and is left to the collective timeout.
-
-A still process's main thread is also classified by what it waits in (``agent.thread_wait``: a read
-or write that will return, ``io``, or a program that is stuck): the hang watch gives an I/O wait a
-longer limit of its own.
-
-Cost: a few small reads per process per look (some 100 microseconds for a worker and two children).
+Why: a rank that hangs says nothing. One that computes alone for minutes says nothing either,
+while its peers wait for it. What tells them apart is whether the process moves: CPU time spent,
+bytes read or written. The kernel keeps both counters for every process, so the training loop needs
+no change. A worker's descendants count as the worker. What is read, and the cost:
+``docs/design.md``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""What a worker does with the verdicts: the plan is pure, carrying it out is ``worker.py``'s job.
-
-``exclude`` (``nnodes`` a range such as ``"3:4"``, ``max_restarts >= 1``), in one restart:
-
-* workers of a flagged node ask their own agent to stop (SIGTERM to the parent agent). torch's
-  ``elastic_launch`` deliberately does *not* close the rendezvous when its agent dies of a signal,
-  so the job stays open to the others; the agent simply never joins the next round;
-* workers of healthy nodes exit with ``EXCLUDE_RESTART_EXIT_CODE``; their agents count it as a
-  failure and restart the worker group, which re-rendezvouses: the new round forms from the
-  healthy nodes only (at least ``min_nodes`` of them), and training starts without the stragglers.
-
-Exclusion happens on the first attempt only (``TORCHELASTIC_RESTART_COUNT == 0``): later attempts
-run the check again but only warn, so a job never shrinks step by step below what the user sized.
-If excluding would leave fewer than ``min_nodes`` nodes, or a flagged pod hosts the rendezvous
-store (``rendezvous_host.py``; its leaving would end the rendezvous for everyone), the check fails
-instead.
+"""What a worker does with the verdicts: the plan is pure, carrying it out is ``worker.py``'s job. A
+job should drop its slow nodes once, before training, and never shrink below what the user sized.
+So ``exclude`` acts on the first attempt only: flagged nodes leave, and the healthy ones restart
+into a new round without them. When leaving would break the job, the check fails instead.
 """
 
 from __future__ import annotations

@@ -1,45 +1,8 @@
-"""The verdict rule (pure): which nodes are slow, and at what.
-
-Input: per node and round, the times of several trials. Compute trials are *lined up*: trial ``k``
-ran on every node at the same time (a barrier starts each), so whatever else the host or cluster
-did during trial ``k`` (a burst of other work, a scheduler hiccup) hit every node's trial ``k``.
-
-**Trial ratio**: for each trial ``k`` of a round, the node's time divided by the median of the
-*other* nodes' trial ``k`` (leave-one-out median). Pairing by trial cancels what all nodes suffered
-together.
-
-**Node score**: the median of the node's trial ratios over *every* trial of *every* round (10
-ratios by default), so the node must be slower than the others in a majority of all its trials; a
-few preempted trials, or one bad round, cannot make a straggler. **And it must hold in every
-round**: each round's median ratio must clear at least half the way to the threshold
-(``ROUND_FLOOR_SHARE``). That is DLRover's two-round idea: a slow device or link is slow in both
-rounds, a transient (or a partner with a slow link, see ``grouping.py``) in one at most. The
-earlier rule, the *lowest* round score against the full threshold, let a single unlucky round of
-five trials hide a 1.5x-slow node under load: a single minimum is as noisy as one round.
-
-**Threshold**: ``max(threshold, exp(factor x noise))``, where ``noise`` is the measured
-spread of the trial ratios (in log space, so 1.2x slower and 1.2x faster are the same distance):
-the typical trial-to-trial spread of a node's ratios within a round (1.4826 x their median
-absolute deviation, the median over nodes and rounds, so a minority of odd nodes does not set it).
-On a quiet, homogeneous cluster the configured threshold applies; on a noisy one the bar rises
-with the noise instead of flagging healthy nodes (the report shows the threshold applied). A node
-is also only slow when its median trial exceeds the reference by ``min_excess_s`` (an absolute
-floor for tiny workloads). The factor is ``NOISE_FACTOR`` for compute and ``NETWORK_NOISE_FACTOR``
-for communication: a group's trials in a round share one link and one schedule, so they scatter
-less within the round than the group's time does from one round (or pairing) to the next, and the
-within-round spread understates a link score's noise. Compute trials are lined up across the whole
-job, so what is shared cancels in their ratios and the within-round spread is the score's noise.
-
-Why leave-one-out and not DLRover's median of all nodes: DLRover flags a node slower than 2x the
-median of all nodes. With two nodes that can never fire: the median is the mean of the two, and
-``t_slow > 2 * (t_slow + t_fast) / 2`` would need ``t_fast < 0``. More generally, a straggler drags
-the all-node median towards itself. Leaving the node out makes its reference the typical *other*
-node: with two nodes simply the other node (1.5x slower scores 1.5, its peer 0.67, so at most one of
-two is flagged for a threshold > 1); with many nodes the plain median, robust to a minority.
-
-Communication is shared within a group, so with fewer than 4 nodes (one group every round) every
-node sees the same link time and no node can be singled out for its network: ``slow-network``
-then never fires, and the report says the network was not localizable.
+"""The verdict rule (pure): which nodes are slow, and at what. Every node's times are noisy on a
+shared host or cluster, and a straggler drags an all-node median towards itself. So each trial of a
+node is compared with the median of the *other* nodes' same trial. A node is slow only when it is
+slower in most trials, in every round, and above a bar that rises with the measured noise.
+``docs/straggler.md`` says how the score, the threshold and the network verdict are made.
 """
 
 from __future__ import annotations

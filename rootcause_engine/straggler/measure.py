@@ -1,27 +1,8 @@
 """The two micro-benchmarks a worker runs each round: compute (local) and communication (in-group).
-
-They are timed separately because they localize differently: compute is local, so a slow GPU/CPU
-shows on its own node; communication is shared by the group, so only the pairings of two rounds
-tell which node's link is slow.
-
-Each step runs a fixed workload (the same on every worker, or a slow node would simply get less
-work) as several timed trials after one untimed warm-up trial, and returns **every** trial's time:
-the verdict (``decision.py``) compares nodes trial by trial and needs a node to be slow in most
-trials of every round, so no single lucky or unlucky trial decides anything.
-
-Compute trials are lined up across the whole job (a barrier before each), so trial ``k`` runs on
-every node at the same time and whatever else happened meanwhile hits all nodes alike. On CPU a
-trial is tens of milliseconds of work (see ``settings.AUTO_WORKLOADS``), long against timer
-resolution and cache warm-up.
-
-What a compute trial's time is depends on the device. On CUDA: wall time up to a device sync, the
-time the GPU needed. On CPU: the **CPU time** the process spent on the trial, not its wall time.
-A CPU that computes slowly (a lower or throttled clock, a worse part, memory bandwidth or caches
-contended by a neighbour) needs more CPU time for the same work; waiting for a turn on a shared
-core does not, and on a shared host that wait is large, persistent for seconds and unrelated to
-the node (the scheduler may put three busy processes on one core and two on another): measured in
-wall time, it made healthy simulated nodes look up to 2x slower than their peers. The price:
-time-sharing slowdowns of a CPU node (a CPU quota, a CPU-hog neighbour) are not found on CPU.
+They are timed apart because they localize differently. A slow GPU or CPU shows on its own node. A
+slow link shows only when the pairings of two rounds are compared. Each step runs the same fixed
+workload on every worker and returns every trial's time, so no single trial decides. On CPU a
+trial's time is CPU time, not wall time, so waiting for a shared core is not taken for slowness.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
-"""The engine's seam with torch internals.
+"""The engine's seam with torch internals: the one place that touches them. Torch may rename or
+drop any internal in any release, and a plugin broken by that must never fail a training. So every
+torch symbol the engine patches or reads privately is reached only through this package, and each is
+listed below. The front-end's seam with flytekit and kfpytorch is ``flytekitplugins_rootcause.upstream``.
+One check up front (:mod:`.readiness`) turns the diagnosis on, on with a warning, or off.
+``docs/upstream.md`` says how the check, the patching and the verified versions work.
 
-The flytekit front-end's seam with flytekit and kfpytorch is ``flytekitplugins_rootcause.upstream``.
-
-The contract: every upstream symbol this plugin patches or reads privately is listed below and
-reached only through this package; outside it, the plugin uses upstream's public API only
-(``tests/upstream/test_seam.py`` scans for attribute writes on upstream objects elsewhere). Each
-seam module declares its symbols (``SYMBOLS``). Each front-end checks every symbol of every seam
-its task uses once, up front (:mod:`.readiness`: one verdict, on, on with a warning for a version
-outside :data:`.versions.VERIFIED`, or off, when a symbol is missing or a patch raises while it is
-applied: the task then runs upstream's own path); at the first use of a patch the seam checks its
-symbols again (:func:`.versions.require`), raising :class:`.versions.UnsupportedUpstreamError`
-naming the missing one instead of patching something that is not there. Each symbol has a smoke
-test. This file imports nothing: torch is imported only by the torch modules.
-
-Verified ranges (:data:`.versions.VERIFIED`): torch ``>=2.8,<2.16``, flytekit and
-flytekitplugins-kfpytorch ``>=1.14,<1.17``, flyte and flyteplugins-pytorch ``>=2.10,<2.13``
-(docs/upstream.md says which versions of each the compat lane ran). Outside them the plugin runs and
-warns.
-
-- :mod:`.patching`: the one way to set an upstream attribute: :func:`.patching.patched` for a
-  block (restored exactly, also on error), :func:`.patching.wrap_attribute` for a per-attempt object.
-- :mod:`.versions`: the verified ranges and the symbol check.
-- :mod:`.readiness`: the verdict each flavour acts on, and the guarded applying of the patches.
-- :mod:`.say_once`: say a thing once per key without a lock (the seams may import nothing else of ours).
 - :mod:`.torch_elastic` (the agent; torch):
   ``torch.distributed.elastic.agent.server.local_elastic_agent.start_processes`` (replaced for a
   launch); ``torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent._rendezvous``

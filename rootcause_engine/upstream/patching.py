@@ -1,20 +1,8 @@
-"""The one way this plugin changes an attribute of an upstream object (module, class or instance).
-
-Two shapes, both here so that every patch site reads the same and restores the same way:
-
-- :func:`patched`: for a block. A module global (torch's ``start_processes``), a class method
-  (``LocalElasticAgent._rendezvous``) or an instance attribute (a task's ``_task_function``, a
-  file-access provider's ``put_data``) is set on entry and put back exactly on exit, also when the
-  block raises. "Exactly" matters for classes and instances: an attribute the target only
-  inherited (a method defined on a base class, a method looked up on the instance's class) is
-  *deleted* again, so the inherited one shows through as before, instead of being pinned as an own
-  attribute that would hide a later change to the base.
-- :func:`wrap_attribute`: for good, on an object that lives only as long as the patch is wanted
-  (torch's process context of one restart attempt). Nothing is restored: the object is discarded
-  with its attempt, and restoring in the middle of torch's teardown would race with it.
-
-Plain ``setattr`` on upstream objects outside the two seams (this package and
-``flytekitplugins_rootcause.upstream``) is what ``tests/upstream/test_seam.py`` looks for.
+"""The one way this plugin changes an attribute of an upstream object (module, class or instance). A
+patch that is not put back exactly leaks into upstream's later behaviour. So every patch site uses
+one of two shapes, which restore the same way: :func:`patched` for a block, and
+:func:`wrap_attribute` for an object that lives only as long as its patch.
+``tests/upstream/test_seam.py`` looks for any other ``setattr`` on upstream objects.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Whether the root-cause diagnosis can run here: the one verdict both flavours act on.
-
-The plugin must never fail a training that plain ``Elastic`` would run. So a version outside the
-verified ranges (:data:`.versions.VERIFIED`) only warns, and a missing internal, or a patch that
-raises while it is applied, turns the diagnosis off: the task then runs exactly upstream's path.
-Each flavour asks :func:`check` once, up front in the pod's main process (and where the task is
-defined, to warn the user there), with every symbol of every seam its task will use; it applies
-its patches through :func:`enter_all`, which raises :class:`PatchesNotApplied` with the reason when
-applying failed, for the caller to run upstream's path.
-
-Nothing here imports torch: the engine's symbols are collected on demand (:func:`engine_symbols`),
-so the flytekit entrypoint can check its own seam without loading torch. No lock: a line is
-announced once through :class:`.say_once.SayOnce`, which needs none.
+"""Whether the root-cause diagnosis can run here: the one verdict both flavours act on. The plugin must
+never fail a training that plain ``Elastic`` would run. So each flavour asks :func:`check` once, up
+front, about every symbol its seams use. An unverified version only warns. A missing internal, or a
+patch that raises, turns the diagnosis off, and the task runs upstream's own path. Nothing here
+imports torch, so the flytekit entrypoint can check its own seam cheaply.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
-"""How the agent reaches into torch elastic and ``torch.multiprocessing`` (what it does there is elsewhere).
-
-:mod:`rootcause_engine.agent.launch_observer` decides what to do with each worker torch
-starts; this module is the only place that knows *where* torch keeps things:
-
-- the launch-scoped patches: the agent module's global ``start_processes`` (the narrowest hook
-  torch offers on every restart attempt) and the agent class's ``_rendezvous`` and
-  ``_exit_barrier`` (so the watchdog can give each phase its own time limit);
-- the attempt-scoped wraps of one process context: ``PContext.close`` and, on the function path,
-  the ``torch.multiprocessing`` ``ProcessContext.join`` torch's poll calls;
-- read-only access to what the process context holds: worker environments, error files, pids,
-  collected return values, the spawned ``multiprocessing`` processes and their sentinels, and the
-  binary launch's subprocess handles;
-- torch's own ``ProcessExitedException``, which torch's poll knows how to report.
-
-What runs inside workers is in :mod:`.torch_worker`, so a worker does not import the agent.
-
-Every function maps one-to-one to the attribute access it replaces, with the same defaults for a
-context that lacks an attribute (a binary launch has no ``_pc``), so moving code here changed no
-behaviour. The checks run in :func:`patch_start_processes` and :func:`patch_agent_phases`, before
-the launch starts any worker: the accessors used afterwards run on the failure path, where a new
-exception would hide the failure being reported, and need no check of their own.
+"""How the agent reaches into torch elastic and ``torch.multiprocessing`` (what it does there is
+elsewhere). Torch keeps what the agent needs in private places that may move between releases. So
+this module is the only one that knows *where* torch keeps things, and
+:mod:`rootcause_engine.agent.launch_observer` decides what to do with them. It holds the launch's
+patches, the wraps of one attempt's process context, and read-only accessors of that context. What
+runs inside workers is in :mod:`.torch_worker`, so a worker does not import the agent.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Which upstream versions the patches were verified against, and the symbol check.
-
-The patches rely on internals (private methods, module globals, attributes set in constructors)
-that upstream may rename or drop in any release without notice. A version outside the verified
-range only warns (:func:`version_warning`): refusing it would fail a training that plain
-``Elastic`` runs. A missing symbol is what breaks a patch, so :func:`require` raises for one,
-naming it, before anything is patched; :mod:`.readiness` turns both into the one verdict each
-flavour acts on (the diagnosis on, with warnings, or off).
-
-The check is lazy: each seam module calls :func:`require` with its own symbols at the first use
-of a patch (never at ``import flytekit``, which imports this plugin through its entry point and
-must stay cheap), and the result is remembered for the process. Versions are read from the
-installed distributions' metadata, which does not import the package. No lock: threads that
-check a symbol at once find the same answer (a check only reads), and the set only saves a check.
+"""Which upstream versions the patches were verified against, and the symbol check. The patches rely
+on internals that upstream may rename or drop in any release. Refusing an unverified version would
+fail a training that plain ``Elastic`` runs, so it only warns. A missing symbol is what breaks a
+patch, so :func:`require` names it before anything is patched. The check is lazy and remembered, so
+``import flytekit`` stays cheap.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Worker side: answer the agent's "where are you?" before it tears this worker down.
-
-Why: a rank that hangs (stuck in user code, a data loader, a kernel that never returns) raises
-nothing, and the agent's teardown then ends it with SIGTERM like any victim. Before that teardown
-the agent sends :data:`PROBE_SIGNAL` to every live worker that installed this probe; each answers
-with two files next to its error file:
-
-- ``stacks.txt``: every thread's Python stack, written by ``faulthandler`` from the C signal
-  handler itself, so it comes even when the main thread is stuck in native code holding the GIL;
-- ``collectives.json``: the last collective this rank entered per process group (from torch's
-  Flight Recorder, :mod:`rootcause_core.collectives`) and its open point-to-point calls
-  (:mod:`.point_to_point`), written by a Python handler, so only when
-  the interpreter gets to run it (a rank blocked inside a collective answers after it returns; the
-  agent does not wait for that: such a rank's stack already says where it is).
-
-The ready marker is written last: a worker that has not installed the probe yet must not get the
-signal, whose default action would kill it.
+"""Worker side: answer the agent's "where are you?" before it tears this worker down. A rank that
+hangs raises nothing, and the agent's teardown then ends it like any victim. So before the teardown
+the agent sends :data:`PROBE_SIGNAL` to every live worker that installed this probe. Each answers
+with its threads' stacks and its last collectives, in two files next to its error file. The stacks
+come even when the main thread is stuck in native code.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Worker side: the blocking point-to-point calls (send, recv) this rank has open, and with whom.
-
-Why: a rank that hangs while its neighbour waits in a recv for it leaves no trace in torch's
-Flight Recorder under gloo, which numbers collectives only; the neighbour times out with the same
-"Timed out waiting ... for recv operation" a collective gives, and its last collective is one the
-hung rank entered too. Knowing the peer each open call waits for lets the diagnosis name the hung
-rank (``rootcause_core.collectives.merged_stall``).
-
-A call is open from its start until it returns (or raises: then it is the one the rank failed in).
-The non-blocking forms are not observed (``upstream.torch_worker.POINT_TO_POINT_CALLS`` says why):
-a hang in ``batch_isend_irecv`` is named only when the ranks also meet in a collective.
-Cost per call: a dictionary entry. No lock: each step is one atomic dictionary operation (an entry
-set, popped, or the whole table copied; integer keys run no Python code), and one reader is the hang
-probe's signal handler (:mod:`.hang_probe`): it would wait forever for a lock held by the very call
-it interrupted.
+Under gloo, torch's Flight Recorder numbers collectives only. A rank that hangs while its neighbour
+waits in a recv for it leaves no trace there. The neighbour times out as in a collective, and its
+last collective is one the hung rank entered too. Knowing the peer each open call waits for lets the
+diagnosis name the hung rank. The table takes no lock, since the hang probe's signal handler reads
+it (:mod:`.hang_probe`).
 """
 
 from __future__ import annotations

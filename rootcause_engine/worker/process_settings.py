@@ -1,18 +1,8 @@
-"""NCCL and process settings that keep one failed worker from becoming a hung or silent pod.
-
-Two places, chosen by who reads the setting and when (``docs/settings.md`` has each default and why):
-
-- **agent environment, before the launch** (:func:`agent_environment`): variables read by a
-  worker's C++ or interpreter start-up (NCCL's heartbeat monitor and async error handling, OpenMP's
-  thread pool, Python's buffering). Workers inherit the agent's environment on both start methods and
-  on the binary path, so setting them in the agent is enough. Each one is set only where the pod's
-  environment does not already have it, and restored when the launch ends, so a local run leaves
-  the caller's ``os.environ`` as it found it.
-- **worker, before the user's function** (:class:`WorkerProcessSettings`, a picklable callable run
-  by ``RecordingTaskFunction``): things that live in the worker's Python state. The default
-  collective timeout is ``torch.distributed``'s module-level default, which ``init_process_group``
-  reads only when the user passes no ``timeout``; so an explicit timeout always wins (set through
-  :mod:`rootcause_engine.upstream.torch_worker`).
+"""NCCL and process settings that keep one failed worker from becoming a hung or silent pod. A
+setting works only where and when its reader reads it. So what a worker reads at its start-up is set
+in the agent's environment before the launch, and put back after it (:func:`agent_environment`).
+What lives in the worker's Python state is set in the worker, before the user's function
+(:class:`WorkerProcessSettings`). ``docs/settings.md`` has each default and why.
 """
 
 from __future__ import annotations

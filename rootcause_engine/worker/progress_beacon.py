@@ -1,31 +1,9 @@
-"""Worker side: say every few seconds where this rank stands in its collectives, for the agent's hang watch.
-
-Why: a rank that hangs (asleep in user code, stuck in a data loader, blocked in a receive nobody
-answers) raises nothing, and its peers wait in their next collective until its timeout: 10 to 60
-minutes with the timeouts users run. The agent can name it long before that
-(``rootcause_engine.agent.hang_watch``) if it knows, while the job is still healthy, which
-collective each local rank last entered and whether that one completed. That is torch's own
-per-group status (``upstream.torch_worker.flight_recorder_status``: the last collective number
-entered and the last completed), plus the blocking point-to-point calls this rank has open
-(:mod:`.point_to_point`). The worker's watch thread (:func:`~rootcause_engine.thread_guard.worker_watch`)
-writes both to ``progress.json`` next to the worker's error file, complete (a temporary file, then a
-rename), every ``interval_s``.
-
-A collective still open at two beats in a row is a wait worth describing: once per such wait the
-thread reads the Flight Recorder's ring (some 40 ms of CPU for 2000 entries) for when the rank
-entered it and its name; otherwise a beat costs a status read (microseconds), a JSON dump and one
-small file write, and the file says how many bytes the beacon wrote so far, so that the agent does
-not take them for the rank's own I/O. The thread runs while the main thread waits inside torch
-(its calls release the GIL); a main thread that holds the GIL in native code stops it, and the last
-file then stays what the agent knows.
-
-Clocks: when the rank entered a wait is written twice, on the wall clock (``since_ns``, the ring's
-``time_created_ns``: for the report) and on the host's monotonic clock (``since_mono_ns``, and
-``entered_mono_ns`` of an open send/recv: what the agent times the wait with, as every process of
-the host reads the same ``CLOCK_MONOTONIC`` and no one steps it). The monotonic moment is the beat
-that first saw the wait open, moved back by what the ring says it lasted before that beat, but never
-before the previous beat (which did not see it open): a wall-clock step in between moves it by at
-most one interval.
+"""Worker side: say every few seconds where this rank stands in its collectives, for the agent's hang
+watch. A rank that hangs raises nothing, and its peers wait until their collective times out: 10 to
+60 minutes. The agent can name it much sooner if it knows, while the job is healthy, which
+collective each rank last entered and whether it completed. So the worker's watch thread writes
+torch's own per-group status and the open send/recv calls (:mod:`.point_to_point`) to
+``progress.json`` every ``interval_s``. A beat costs a status read and one small file write.
 """
 
 from __future__ import annotations

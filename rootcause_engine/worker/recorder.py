@@ -1,18 +1,8 @@
-"""Worker side: record an uncaught exception with a nanosecond time, ranks and host.
-
-torch's own ``ErrorHandler`` stamps failures with whole seconds (``str(int(time.time()))``), so two
-workers failing within the same second are indistinguishable. ``RootCauseErrorHandler`` extends it:
-the file keeps torch's layout unchanged (``message.message``, ``message.extraInfo.py_callstack``,
-``message.extraInfo.timestamp``), so torch's ``ProcessFailure`` and upstream tools still read it, and
-adds this plugin's fields under the single key :data:`NAMESPACE`.
-
-Whatever the exception holds, the file is written and read back: its texts go through
-``rootcause_core.safe_text`` (controls and lone surrogates escaped, head and tail of a long text
-kept) on the way in and on the way out, so the file stays under the agent's read limit and every
-string in it can be encoded into the pod's ``ErrorDocument``.
-
-``RecordingTaskFunction`` wraps the user's task function; kfpytorch runs it in every worker (it is
-what ``spawn_helper`` unpickles, or what the ``fork`` closure calls), so no kfpytorch code is copied.
+"""Worker side: record an uncaught exception with a nanosecond time, ranks and host. torch's own
+``ErrorHandler`` stamps failures with whole seconds, so two workers failing within one second look
+alike. ``RootCauseErrorHandler`` keeps torch's file layout, so torch and upstream tools still read
+it, and adds this plugin's fields under :data:`NAMESPACE`. ``RecordingTaskFunction`` wraps the user's
+task function, so the handler runs in every worker without copying kfpytorch code.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The straggler pre-check in a Flyte 2 task's workers (``ElasticRootCause(straggler_check=...)``).
 
 The check, its verdict and its actions are the engine's (:mod:`rootcause_engine.straggler`), as on
-flytekit. What differs is the front-end:
-
-- where the report goes (with ``report=True``): rank 0 logs it to the "Straggler check" tab of
-  its own copy of the report and flushes it, as Flyte 2 means distributed tasks' workers to (the
-  ``a0`` process flushes its report at the end only if it has content of its own, so as not to
-  overwrite the workers'; a tab rank 0's user function logs later joins it). When the ``a0`` process
-  must flush its own report after all (the failure timeline, the soft restarts), it reads the page back
-  and keeps every tab flushed there (:func:`flyteplugins.rootcause.report.keep_flushed_tabs`). Rank 0
-  also leaves the report in a file of its pod, from which the task adds the tab to that flush too: the
-  tab survives where the page could not be read back;
-- what ``action="fail"`` raises in every worker: :class:`StragglerDetectedError`, a Flyte 2
-  ``NonRecoverableError``, since a retry would most likely land on the same slow hardware. The
-  agreed root cause is then that error (``error.pb`` kind ``NON_RECOVERABLE``).
+flytekit. Only the front-end differs. Flyte 2's report is flushed by each process, and a later flush
+replaces an earlier one. So rank 0 flushes the "Straggler check" tab itself and also leaves it in a
+file for the task's final flush. And ``action="fail"`` raises :class:`StragglerDetectedError`, a
+``NonRecoverableError``, since a retry would most likely land on the same slow hardware.
+``docs/flyte2.md`` has the details.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Which Flyte 2 internals the Flyte 2 flavour uses, checked before the first use.
 
-The task extends ``flyteplugins.pytorch``'s ``TorchFunctionTask`` (its ``pre``, ``post``, the
-worker entrypoint it hands torch), and the agent watchdog's last-resort writer uses the runtime's
-own error conversion and upload (so the document it writes is the one ``a0`` would write for the
-same exception, flyteidl2's ``ErrorDocument``). These are private names, and a release may rename
-them: this flavour's one verdict (:func:`flyte_readiness`, with the engine's torch seams) then turns
-the diagnosis off and the task runs upstream's ``TorchFunctionTask.execute``; a version outside the
-verified ranges runs it with a warning. The user hears both where the task is defined
-(:func:`check_flyte`, from ``ElasticRootCause``), never as an error.
-A pod without rank 0 leaves the action's outputs to rank 0's pod through the runtime's own rule for
-clustered workers (:func:`leave_outputs_to_rank_0`). The report's page is read back by ids of
-flyte's private report template (:data:`REPORT_TEMPLATE_IDS`, :func:`report_template_problem`).
+The task extends private parts of ``flyteplugins.pytorch`` and of flyte's runtime. A release may rename
+them. So this package checks them once, in one verdict (:func:`flyte_readiness`). A missing internal
+turns the diagnosis off, and the task runs upstream's ``TorchFunctionTask.execute``. A version
+outside the verified ranges runs it with a warning. The user hears both where the task is defined
+(:func:`check_flyte`), never as an error. ``docs/flyte2.md`` lists the internals.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""One report for the whole job, from what each failing pod says: the agreement's pure part.
-
-Where the backend reads a single error document per action (Flyte 2: ``error.pb``, the last writer
-wins), the pods cannot each write their own view: a victim's pod would as often as not be the last
-writer. So each failing pod says what it saw (:class:`PodWord`: its ranked failures, the peers it
-found lost, the members it knew) and one :class:`AgreedReport` is made from all the words. The
-store exchange that collects them is :mod:`rootcause_engine.agent.agreement`; this module decides,
-without I/O or clocks, so the same words always give the same report.
-
-The report's first line names the root cause: pod, global rank, time in nanoseconds and cause
-(the failure the shared rule puts first over every pod's failures); when every failure seen is a
-victim's and a pod said nothing at all while its peers found it lost, that pod is the root cause
-(``[lost pod]``). Then the other failures, victims included, one line each, then the lost pods,
-then which pods' words the report holds.
+"""One report for the whole job, from what each failing pod says: the agreement's pure part. Where
+the backend reads one error document per action, the last writer wins, and that is as often a
+victim's pod. So each failing pod says what it saw (:class:`PodWord`), and one
+:class:`AgreedReport` is made from all the words. This module decides without I/O or clocks, so the
+same words always give the same report. The store exchange is
+:mod:`rootcause_engine.agent.agreement`.
 """
 
 from __future__ import annotations

@@ -1,40 +1,9 @@
-"""Name the rank that hung: alive at teardown, and never in the collective its peers timed out in.
-
-Why: a hung rank raises nothing and is finally ended by the agent like any victim, while its peers
-fail with collective timeouts (victims' errors). The evidence that tells it apart:
-
-- the *stalled collective*: the one a peer timed out in. A worker that failed with a timeout wrote
-  its last collective per process group into its error file (Flight Recorder numbers); a peer pod
-  that failed so announces it in the rendezvous store (``agent.peer_watch``);
-- what each live worker answered when the agent probed it before the teardown
-  (``agent.worker_probe``): its own last collectives, and its stacks.
-
-A live worker whose last collective in that group has a lower number never entered it: hung. A
-worker whose collectives are unknown (no Flight Recorder, or its Python could not answer) is judged
-by its stacks: no thread inside a ``torch.distributed`` call means it was not waiting in any
-collective while its peers timed out in one. Without a stalled collective nothing is called hung:
-a rank busy in its own code while a peer *raised* is an ordinary victim.
-
-A stall can also come before any collective: peers that timed out forming the default group name,
-in their store-wait error, the rank whose key never came (``rootcause_core.store_waits``). That rank
-is hung whatever its stacks show (it may be stuck in native code, or inside
-``init_process_group`` before it published its key) and whether or not it answered the probe. No
-other rank is judged by its stacks against such a stall: one outside ``torch.distributed`` may be
-waiting on purpose (a soft restart's paused worker waits there for its next world).
-
-A point-to-point call that timed out (a recv or send: the Flight Recorder numbers none under gloo)
-names the peer it waited for (``rootcause_core.collectives.merged_stall``). A named rank is hung
-when its stacks show it outside any ``torch.distributed`` call: in a ring of sends and receives a
-named rank may itself be waiting for its own neighbour, and that one is a victim.
-
-A live worker that answered nothing at all (:attr:`~..worker_probe.ProbeAnswer.silent`) runs no
-code: a stopped process (SIGSTOP, a frozen container, a debugger: state ``T``) runs no signal
-handler. Its peers time out waiting for it, and it is the hung rank when it is stopped, or when its
-progress beacon stopped beating well before the probe while its last beat showed it outside the
-stalled collective (a process that runs beats every 2 s, waiting in a collective or not). Its last
-beat's collectives stand for the answer it could not give. No stall, no verdict, as for any rank.
-
-Pure: the inputs come from ``launch_record.WorkerRecord``.
+"""Name the rank that hung: alive at teardown, and never in the collective its peers timed out in. A
+hung rank raises nothing, and the agent finally ends it like any victim. Its peers fail with
+collective timeouts, which are victims' errors too. So this module weighs the evidence: the
+collective a peer timed out in, and what each live worker answered the probe. A rank that never
+entered that collective, or whose stacks show it outside ``torch.distributed``, is hung. Without a
+stalled collective nothing is called hung. Pure: the inputs come from ``launch_record.WorkerRecord``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""The one diagnosis pipeline: a launch record, plus what the peers said, in; a diagnosis out.
-
-Every road to a report enters here with one call to :func:`diagnose`, naming its
-:class:`Trigger`: torch reported a failed worker, the agent lost its rendezvous store, the agent
-watchdog found the agent hung, a soft restart diagnoses a failure it may heal. A new road (a peer
-found frozen, a world change) is a new trigger, not a new pipeline. The steps, in order:
-
-1. tell the peer pods this pod failed, and which collective its workers timed out in (first: the
-   others must not take this pod for lost, and may need that collective to name a hung rank);
-2. rank the record's failures with the shared rule (:mod:`.selection`), with the stalls peers
-   announced;
-3. when only victims failed here, ask which peer pods are gone (a lost node leaves no file);
-4. say "done" to the peers (last: a peer that outlives this pod's store would take it for lost);
-5. write the report (:mod:`.report`): root cause first, the lost pods, the notes the road adds
-   (the agent's own failure, the hang, the soft restarts before), the agent's timeline.
-
-The result is a :class:`Diagnosis`, plain data: a front-end (the flytekit plugin) turns it into its
-own exception, error document and Deck. Nothing here imports a front-end.
+"""The one diagnosis pipeline: a launch record, plus what the peers said, in; a diagnosis out. Several
+roads lead to a report: a failed worker, a lost store, a hung agent, a soft restart. With steps of
+their own, their reports would drift apart. So each road calls :func:`diagnose` once, naming its
+:class:`Trigger`, and a new road is a new trigger, not a new pipeline. The result is a
+:class:`Diagnosis`, plain data that a front-end turns into its own error. Nothing here imports a
+front-end.
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
 """Name a hung rank while the job is still healthy: its peers wait for it, and it makes no progress.
-
-Why: :mod:`.hang` names a hung rank once its peers' collective *timed out*: 10 minutes (NCCL) to 30
-(gloo) with torch's defaults, up to an hour with what large jobs set so that a checkpoint or a
-rank-0 evaluation never trips it. The whole fleet idles that long before anything is said. The
-same evidence exists long before the timeout: which collective each rank entered (its Flight
-Recorder status, :mod:`rootcause_engine.worker.progress_beacon`), and whether the process moves
-(its CPU time and I/O counters, :mod:`rootcause_engine.agent.worker_progress`).
-
-The rule (:func:`stalled_rank_verdict`): rank R is hung when
-
-1. a peer has waited for at least ``after_s`` in something R has not entered: collective N of a
-   process group G of which R is a member, while R's last collective in G is below N; or a blocking
-   send or recv that names R as its peer (gloo's Flight Recorder numbers no point-to-point call);
-2. R made no progress for at least ``after_s``: its process tree's CPU time grew by less than
-   :attr:`ProgressRule.idle_cpu_fraction` of one core (plus a floor) and its I/O by less than
-   :attr:`ProgressRule.idle_io_bytes_per_s` (plus a floor), measured since its last progress; its
-   main thread was never seen runnable (state ``R``) at a look; and it entered or completed no
-   collective (nor started or ended a send/recv) meanwhile;
-3. R does not wait itself: no collective of its own is open, and a send or recv it has open waits
-   for a peer that waits for R (a cycle: R is the one off the common path).
-
-A rank computing alone (rank 0 evaluating, a checkpoint serialised) moves its CPU time; one writing
-a large file moves its I/O: neither is ever hung, however long. A rank waiting in a collective
-waits for someone else: never the culprit. A rank whose main thread is blocked in a file, pipe or
-network-filesystem read or write (:mod:`rootcause_engine.agent.thread_wait`: ``io``; an NFS
-failover, a storage stall) spends no CPU and counts no I/O until the call returns, like a stuck one:
-it is judged against ``io_wait_after_s`` in place of ``after_s`` (:func:`still_limit_s`), and the end
-of such a wait is progress. What the rule still cannot tell apart: a rank blocked without CPU or I/O
-in a call that will return and that is no I/O wait by its thread's state (a socket read, a GPU
-kernel waited on with blocking synchronisation): ``after_s`` must exceed the longest such block
-(``docs/hung_ranks.md``).
-
-Clocks: every length of time the rule compares is measured on a monotonic clock. R's stillness is
-its node's (``Usage.taken_s``). A local peer's wait runs from the monotonic moment its beacon says
-it entered (``CollectivePosition.entered_mono_ns``: every process of a host shares the clock). A
-remote peer's wait is what its pod said it had lasted when it first published it
-(:attr:`PeerWait.published_waited_s`, by that pod's monotonic clock), plus the time since this pod
-first read it (by this one's): no two nodes' clocks are ever compared, so their skew does not
-matter. A wait from a publisher that does not say its length is timed from its wall-clock start
-against this node's wall clock: the skew between the two nodes, unbounded, then adds to it.
-
-Pure: the caller (``agent.hang_watch``) samples the processes and reads the peers' waits.
+:mod:`.hang` names a hung rank only once its peers' collective times out, after 10 minutes to an
+hour. The same evidence exists long before that: which collective each rank entered, and whether its
+process moves. So rank R is hung when a peer has waited long for something R has not entered, R made
+no progress as long, and R waits for nobody itself. Every length of time is measured on a monotonic
+clock, and no two nodes' clocks are compared. Pure: ``agent.hang_watch`` samples the processes and
+reads the peers' waits.
 """
 
 from __future__ import annotations
