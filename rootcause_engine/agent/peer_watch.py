@@ -209,12 +209,13 @@ class PeerWatch:
 
     def watch_note(self) -> str | None:
         """For the report, what happened to this pod's own watch: it found itself cut off from its
-        peers (when, and what it saw); its heartbeat's looks failed, or its thread died; its peer
-        link hub failed. ``None`` when none of these."""
+        peers (when, and what it saw); its heartbeat's looks failed, or its thread died; the round's
+        store client failed; its peer link hub failed. ``None`` when none of these."""
         current = self._current()
         notes = [self._beats.note()]
         if current is not None:
             notes.insert(0, current.verdicts.cut_off_note())
+            notes.append(current.peer_round.client.note())  # the round's store client: a step failed, or it died
         if self._death is not None:
             notes.append(f"This pod's peer watch stopped ({self._death}): it announced its failure to its "
                          "peers, so that they would not take its silence for a lost pod.")

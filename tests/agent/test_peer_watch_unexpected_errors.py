@@ -87,6 +87,34 @@ def test_a_look_that_raises_costs_that_look_and_the_heartbeat_goes_on(
         _close(pods)
 
 
+def test_a_store_client_step_that_raises_reaches_the_pod_s_report(
+        server_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's store client fails one step outside the operation (a bug no check foresaw): the
+    heartbeat goes on, and the watch's note for the report says what the client lost."""
+    pods = [Pod(server_port, rank, 2, silence_s=SILENCE_S) for rank in range(2)]
+    try:
+        assert wait_until(lambda: all(len(pod.watch.members()) == 2 for pod in pods), WAIT_S)
+        current = pods[1].watch._current()
+        assert current is not None
+        store = current.peer_round.client
+        real, failed = store._answer, []
+
+        def broken(request: object) -> None:
+            if not failed:
+                failed.append(request)
+                raise UnicodeError("label too long (a bug no check foresaw)")
+            real(request)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "_answer", broken)
+        assert wait_until(lambda: bool(failed), WAIT_S)
+        assert beats_on(server_port, [0, 1])
+        note = pods[1].watch.watch_note()
+        assert note is not None and "store client failed at " in note and "UnicodeError" in note, note
+        assert [pod.lost for pod in pods] == [[], []]
+    finally:
+        _close(pods)
+
+
 def test_a_peer_s_link_host_that_no_socket_takes_is_no_witness_and_stops_nothing(server_port: int) -> None:
     """Rank 2 (the test) joined with a link host the IDNA codec refuses (a label of 64 letters). Pod 1
     freezes; pod 0, its watcher, probes its other witnesses before it accuses: the malformed host
