@@ -90,7 +90,10 @@ class ElasticRootCauseFunctionTask(RunsPatchedEntrypoint, PytorchElasticFunction
         try:
             return self._observed_execute(readiness, **kwargs)
         except PatchesNotApplied as failed:
-            return self._as_upstream(readiness.turned_off(failed.reason), **kwargs)
+            readiness = readiness.turned_off(failed.reason)
+        # outside the handler: upstream's own exceptions (kfpytorch's ``IgnoreOutputs`` too) are not
+        # raised "during the handling" of the patch's, which would tell them apart from a plain launch's
+        return self._as_upstream(readiness, **kwargs)
 
     def _observed_execute(self, readiness: Readiness, **kwargs: Any) -> Any:
         """kfpytorch's launch inside the engine's observers; raises :class:`PatchesNotApplied`

@@ -60,7 +60,8 @@ class HttpErrorLike(Exception):
 
 class Failing:
     """An attempt that raises each of ``errors`` in turn (each try taking ``took_s`` of the clock's
-    time), then returns the seconds it was given; ``given`` holds what each try was given."""
+    time, or the seconds it was given if fewer: a real try bounds its request by them), then returns
+    the seconds it was given; ``given`` holds what each try was given."""
 
     def __init__(self, errors: list[BaseException], clock: FakeClock, took_s: float = 0.0) -> None:
         self.errors, self.clock, self.took_s = errors, clock, took_s
@@ -68,7 +69,7 @@ class Failing:
 
     def __call__(self, remaining_s: float) -> float:
         self.given.append(remaining_s)
-        self.clock.now += self.took_s
+        self.clock.now += min(self.took_s, remaining_s)
         if len(self.given) <= len(self.errors):
             raise self.errors[len(self.given) - 1]
         return remaining_s

@@ -16,7 +16,7 @@ from rootcause_harness.training_loop import LONG_COLLECTIVE_TIMEOUT_S, run_train
 from tests.start_method import START_METHOD
 
 #: ``hang_after_s`` of the quick tasks (the settings accept 10 s and more).
-QUICK_HANG_AFTER_S = 20.0
+QUICK_HANG_AFTER_S = 10.0
 
 
 @task(task_config=ElasticRootCause(nnodes=2, nproc_per_node=2, start_method=START_METHOD))
