@@ -33,14 +33,26 @@ def _wait_until_gone(pids: list[int], exited: Callable[[int], bool], timeout_s: 
     return alive
 
 
-def terminate_then_kill(pids: Iterable[int], *, grace_s: float, exited: Callable[[int], bool]) -> list[int]:
+def spare_s(grace_s: float) -> float:
+    """How long a process on its way out is left to exit by itself before its SIGTERM: half the grace,
+    at most 2 s (a failed worker's unwinding takes 1-2 s on a loaded machine)."""
+    return min(grace_s / 2, 2.0)
+
+
+def terminate_then_kill(pids: Iterable[int], *, grace_s: float, exited: Callable[[int], bool],
+                        spared: Iterable[int] = ()) -> list[int]:
     """SIGTERM every live pid, SIGKILL those still alive after ``grace_s``; wait up to ``grace_s`` more.
+    ``spared`` pids (on their way out) get their SIGTERM only if still alive after :func:`spare_s`.
 
     Returns the pids still not gone at the end (a process in uninterruptible sleep survives
     SIGKILL until the kernel lets it go; the caller reports it and moves on).
     """
+    spared = set(spared)
     alive = [pid for pid in pids if not exited(pid)]
-    _signal_all(alive, signal.SIGTERM)
-    alive = _wait_until_gone(alive, exited, grace_s)
+    _signal_all([pid for pid in alive if pid not in spared], signal.SIGTERM)
+    waited_s = spare_s(grace_s) if spared & set(alive) else 0.0
+    alive = _wait_until_gone(alive, exited, waited_s)
+    _signal_all([pid for pid in alive if pid in spared], signal.SIGTERM)
+    alive = _wait_until_gone(alive, exited, grace_s - waited_s)
     _signal_all(alive, signal.SIGKILL)
     return _wait_until_gone(alive, exited, max(grace_s, 1.0))

@@ -45,12 +45,12 @@ class WorkerTeardown:
         ended this one's workers). ``grace_s``: a shorter grace than the configured one, where the
         workers cannot use it (they wait in a collective for a peer that is gone).
 
-        It includes a failed worker still unwinding after recording its exception: waiting for its
-        interpreter's shutdown cost 1-2 s per pod under load. A SIGTERM handler it runs meanwhile
-        (inherited from the agent with the ``fork`` start method) may cut short torch's traceback
-        pickle; the join wrapper turns the resulting ``EOFError`` into that worker's failure. Exits
-        are read from the kernel without reaping (never through torch's handles, whose ``is_alive``
-        reaps), so torch's join still collects every worker and the watcher still reads each status.
+        A failed worker still unwinding after recording its exception gets its SIGTERM only if it
+        has not exited by itself within ``teardown.spare_s`` (at most 2 s): a SIGTERM would make its
+        exit read as the teardown's signal instead of its own exit code (or run a handler inherited
+        from the agent with ``fork`` in the middle of torch's traceback pickle). Exits are read from
+        the kernel without reaping (never through torch's handles, whose ``is_alive`` reaps), so
+        torch's join still collects every worker and the watcher still reads each status.
         """
         ledger, watcher = self.ledger, self.ledger.watcher
         ledger.note_teardown(attempt)
@@ -59,9 +59,12 @@ class WorkerTeardown:
         grace = grace if grace_s is None else min(grace, grace_s)
         exited = lambda pid: watcher.confirm_exit(pid) is not None  # noqa: E731
         ledger.note_signals(attempt)
-        live = [worker.pid for worker in ledger.workers_of(attempt) if not exited(worker.pid)]
-        logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL)", len(live), grace)
-        stuck = terminate_then_kill(live, grace_s=grace, exited=exited)
+        workers = [worker for worker in ledger.workers_of(attempt) if not exited(worker.pid)]
+        live = [worker.pid for worker in workers]
+        unwinding = [worker.pid for worker in workers if worker.error_file and os.path.exists(worker.error_file)]
+        logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL; %d unwinding first left to exit)",
+                       len(live), grace, len(unwinding))
+        stuck = terminate_then_kill(live, grace_s=grace, exited=exited, spared=unwinding)
         if stuck:
             logger.error("workers %s did not exit after SIGKILL (uninterruptible sleep?)", stuck)
         ledger.note_teardown_done(attempt)

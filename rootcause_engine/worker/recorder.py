@@ -7,11 +7,9 @@ task function, so the handler runs in every worker without copying kfpytorch cod
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -261,18 +259,7 @@ class RecordingTaskFunction:
         except SystemExit as exit_:
             if exit_.code not in (None, 0):
                 handler.record_exception(exit_)
-                _unwind_deaf_to_sigterm()
             raise
         except BaseException as exc:
             handler.record_exception(exc)
-            _unwind_deaf_to_sigterm()
             raise
-
-
-def _unwind_deaf_to_sigterm() -> None:
-    """The exception is recorded and the worker is on its way out: the agent's teardown, which does
-    not wait for it (its unwinding takes 1-2 s under load), must not end it by SIGTERM meanwhile. Its
-    exit would then read as a death by signal, not its own exit code, and a handler inherited from the
-    agent (``fork``) would cut torch's traceback pickle short. The grace's SIGKILL still bounds it."""
-    with contextlib.suppress(ValueError):  # not the main thread: the signal does what it did
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
