@@ -39,11 +39,10 @@ $(STAMP): setup.cfg pyproject.toml VERSION distributions/rootcause-core/pyprojec
 demo: $(STAMP)
 	$(VENV)/bin/rootcause-demo
 
-# two pytest workers: most tests wait on real processes and servers, so two run in the time of one;
-# a worker that runs out of tests takes some of the other's (the slow ones go first, unevenly)
+# two pytest workers: most tests wait on real processes and servers, so two run in the time of one
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -n 2 --dist worksteal -m "not compat"
+	$(VENV)/bin/pytest -n 2 -m "not compat"
 
 # the compatibility lane (.ci/run, after the suite): the plugin installed from its wheels on the oldest,
 # a middle and the newest of each upstream, faults judged at the operator's decision (tests/compat);
