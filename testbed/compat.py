@@ -92,7 +92,7 @@ TEST_TOOLS = ("pytest>=8", "pytest-timeout")
 #: The smoke tests of every upstream symbol the seams use (each exists, is what the plugin uses it as,
 #: and takes the arguments the plugin passes), and of the Flyte 2 report page the plugin reads back
 #: (its template's private ids): run in each cell against this checkout's seams.
-SEAM_TESTS = ("tests/upstream/test_seam.py", "tests/flyte2/test_report_tabs.py")
+SEAM_TESTS = ("tests/test_upstream_seams.py", "tests/flyteplugins/rootcause/test_report_page.py")
 #: The two flavours and the demo each runs.
 DEMOS = {"flytekit": "rootcause-demo", "flyte2": "rootcause-demo-flyte2"}
 

@@ -5,10 +5,12 @@ Both are wall-clock limits (200 ms per example, data generation speed) that a bu
 breaks at random; the properties themselves hold on any machine.
 
 It also provides real c10d ``TCPStore`` servers on loopback (``testbed.tcp_store``), one for each
-test that asks. Both the agent tests and the soft-restart tests run their code on one.
+test that asks. Both the agent tests and the soft-restart tests run their code on one. The agent's
+death watcher and the soft-restart worker channel are fixtures here too, for the tests of their modules
+and the scenarios that use them.
 
 Every process the suite starts talks over loopback only, so its DNS waits are bounded
-(``simulation.loopback.bound_dns_waits`` says why: torch's reverse lookups of loopback peers).
+(``rootcause_harness.loopback.bound_dns_waits`` says why: torch's reverse lookups of loopback peers).
 
 And the order tests run in: the ``slow`` ones (real launches, tens of seconds each) first, so that
 under ``pytest -n 2`` the quick ones fill in at the end and no worker is left alone with a
@@ -18,7 +20,9 @@ half-minute launch while the other idles.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,6 +33,9 @@ from testbed.object_stores import ObjectStore, fake_gcs_store, local_store, moto
 
 if TYPE_CHECKING:
     from torch.distributed import PrefixStore, TCPStore
+
+    from rootcause_engine.agent.death_watcher import DeathWatcher
+    from rootcause_engine.agent.worker_channel import WorkerChannel
 
 bound_dns_waits(os.environ)  # before any test starts a process: they all inherit it
 # gcsfs reads this once, when it is first imported (a test module may import it at collection, before
@@ -92,3 +99,42 @@ def prefixed_store(store_server: TCPStore) -> PrefixStore:
     from torch.distributed import PrefixStore
 
     return PrefixStore("round0", store_server)
+
+
+@pytest.fixture
+def server_port(store_server: TCPStore) -> int:
+    """The port of a real ``TCPStore`` server on loopback. Each pod of a test connects its own client to it."""
+    return store_server.port
+
+
+@pytest.fixture
+def watcher() -> Iterator[DeathWatcher]:
+    """A running death watcher (its thread stamps the exits of the pids it is given)."""
+    from rootcause_engine.agent.death_watcher import DeathWatcher
+
+    with DeathWatcher() as running:
+        yield running
+
+
+@pytest.fixture
+def signal_handlers_restored() -> Iterator[None]:
+    """torch's process context installs its own SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers in the agent
+    (here: pytest's process); the tests after a launch get the process's handlers back."""
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    saved = {signum: signal.getsignal(signum) for signum in signals}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.fixture
+def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerChannel:
+    """The soft-restart file channel, with this process playing a local rank 0 worker whose agent writes events."""
+    from rootcause_engine import soft_restart
+    from rootcause_engine.agent.worker_channel import WorkerChannel
+    from rootcause_engine.worker.world_events import EVENTS_DIR_VARIABLE
+
+    monkeypatch.setenv(EVENTS_DIR_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(soft_restart, "_channel", None)
+    return WorkerChannel(str(tmp_path))

@@ -4,11 +4,11 @@ A spawned worker is a fresh interpreter that imports torch, flytekit and the tas
 about 6 s of CPU on this 2-core machine, and these tests launch dozens of them: that alone kept the
 suite over 10 minutes beside one busy process. A forked worker starts with what its agent already
 imported. ``fork`` is a start method torch and this plugin support (its hazards have their own
-tests: ``tests/agent/test_fork_start.py``, and ``benchmarks/stress_teardown.py`` runs both methods),
+tests: ``tests/scenarios/test_fork_start.py``, and ``benchmarks/stress_teardown.py`` runs both methods),
 and what the agent makes of a worker's failure does not depend on how the worker was started.
 
 ``spawn``, kfpytorch's default and what most users run, stays covered end to end: the README demo
-and the PyTorchJob simulation of an abort beside a peer (``tests/simulation/``; the other fault
+and the PyTorchJob simulation of an abort beside a peer (``tests/scenarios/``; the other fault
 kinds run the same loop forked, ``tests/elastic_tasks/forked_training.py``, and
 ``benchmarks/e2e.py`` runs every kind spawned), the examples under ``pyflyte run``, the
 teardown-grace tests, the serialized-command test, the straggler pre-check task, and the first
@@ -23,7 +23,7 @@ a few times never returned from creating its TCPStore client (``_create_c10d_sto
 __lll_lock_wait_private``, a futex wait on glibc's resolver lock, which torch's store server (a
 thread of that agent, reverse-resolving every peer it accepts) held at the fork. With ``fork`` the
 store now runs in a keeper process (``rootcause_engine/agent/store_keeper.py``), so the
-agent that forks has no store thread; ``tests/agent/test_store_keeper.py`` checks that.
+agent that forks has no store thread; ``tests/rootcause_engine/agent/test_store_keeper.py`` checks that.
 """
 
 from __future__ import annotations

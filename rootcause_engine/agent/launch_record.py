@@ -25,7 +25,7 @@ from rootcause_engine.worker.recorder import RecordedError, read_error_file
 
 #: The marker file kfpytorch's error handler writes next to a worker's error file when the
 #: worker's exception was recoverable (``flytekitplugins.kfpytorch.error_handling``, checked
-#: against kfpytorch by ``tests/upstream/test_seam.py``); named here so the engine needs no kfpytorch.
+#: against kfpytorch by ``tests/test_upstream_seams.py``); named here so the engine needs no kfpytorch.
 RECOVERABLE_MARKER_FILE_NAME = "recoverable_error"
 
 

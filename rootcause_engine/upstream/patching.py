@@ -2,7 +2,7 @@
 patch that is not put back exactly leaks into upstream's later behaviour. So every patch site uses
 one of two shapes, which restore the same way: :func:`patched` for a block, and
 :func:`wrap_attribute` for an object that lives only as long as its patch.
-``tests/upstream/test_seam.py`` looks for any other ``setattr`` on upstream objects.
+``tests/test_upstream_seams.py`` looks for any other ``setattr`` on upstream objects.
 """
 
 from __future__ import annotations

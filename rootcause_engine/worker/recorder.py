@@ -94,7 +94,7 @@ class RootCauseErrorHandler(ErrorHandler):
 
 #: Exception classes that ask the orchestrator for a retry, by qualified name: a front-end's own
 #: classes, named here so that recording a worker's failure imports no front-end (a worker of a
-#: Flyte 2 task has no flytekit). ``tests/upstream/test_seam.py`` checks each name still resolves.
+#: Flyte 2 task has no flytekit). ``tests/test_upstream_seams.py`` checks each name still resolves.
 RECOVERABLE_EXCEPTION_TYPES: frozenset[str] = frozenset({"flytekit.exceptions.user.FlyteRecoverableException"})
 #: Exception classes that forbid a retry, by qualified name, the same way: Flyte 2 retries every
 #: error but these. Both facts are recorded; each front-end's rule reads the one it has

@@ -2,7 +2,7 @@
 
 A rank that hangs is then named only by the hang watch (``rootcause_engine.agent.hang_watch``), at
 ``hang_after_s``, long before any collective times out; a rank that computes or writes alone for
-longer than that must not be named at all (``tests/simulation/test_hang_watch_jobs.py``). The
+longer than that must not be named at all (``tests/scenarios/test_hang_watch_jobs.py``). The
 ``quick`` tasks set ``hang_after_s`` to :data:`QUICK_HANG_AFTER_S`: the rule is the same, the wait
 shorter, for the cases whose subject is not the default's timing.
 """

@@ -1,1 +1,0 @@
-"""Tests of the Flyte 2 flavour (``flyteplugins.rootcause``) and the engine parts it brought."""
