@@ -100,7 +100,10 @@ class AsyncRemoteFileOutputReader:
         """
         uri = join(self.settings.output_prefix, OUTPUTS_FILE_NAME)
         async with self._storage() as storage:
-            self._refuse_large_outputs(uri, await storage.size(uri))
+            size = await storage.size(uri)
+            if size is None:  # absent, or no regular file (a local FIFO would block the read for good)
+                raise OutputsError(f"outputs not found at {uri}")
+            self._refuse_large_outputs(uri, size)
             try:
                 data = await storage.read(storage.strip(uri))
             except FileNotFoundError as error:

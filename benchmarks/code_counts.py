@@ -36,7 +36,7 @@ STORE_OPERATIONS = frozenset({"set", "get", "add", "compare_set", "check", "mult
                               "delete_key", "num_keys", "append", "queue_push", "queue_pop"})
 _LOCKS = frozenset({"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore"})
 _POOLS = frozenset({"ThreadPoolExecutor", "ProcessPoolExecutor"})
-_THREAD_MAKERS = frozenset({"Thread", "Timer", "GuardedLoop", "guarded_thread", "start_guarded"})
+_THREAD_MAKERS = frozenset({"Thread", "Timer", "GuardedLoop", "guarded_thread"})
 
 
 @dataclasses.dataclass

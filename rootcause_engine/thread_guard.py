@@ -108,14 +108,6 @@ def guarded_thread(loop: Callable[[], None], *, name: str,
                             name=name, daemon=True)
 
 
-def start_guarded(loop: Callable[[], None], *, name: str,
-                  on_death: Callable[[BaseException], None]) -> threading.Thread:
-    """Start a daemon thread named ``name`` that runs ``loop`` through :func:`run_guarded`."""
-    thread = guarded_thread(loop, name=name, on_death=on_death)
-    thread.start()
-    return thread
-
-
 #: What a step returns: the seconds until it is due again (``None``: its duty's ``every_s``).
 Step = Callable[[], "float | None"]
 
@@ -188,7 +180,9 @@ class GuardedLoop:
 
     def start(self) -> GuardedLoop:
         """Start the thread (again, after a :meth:`stop` or a death): a new thread with its own stop signal,
-        so that a previous thread still ending never runs on."""
+        so that a previous thread still ending never runs on. Its owner starts it again only once the
+        previous thread ended (:meth:`ensure_running`; a stop that joined it; a death, told on that thread
+        after its last step)."""
         self._stopping = stopping = threading.Event()
         self._thread = guarded_thread(lambda: self._run(stopping), name=self.name, on_death=self._died)
         self._thread.start()
@@ -258,28 +252,23 @@ class GuardedLoop:
             self._on_death(error)
 
 
-#: The most callbacks that run at once (:func:`run_soon`); more wait for a free thread.
-CALLBACK_THREADS = 8
-
-
 class _CallbackPool:
-    """Daemon threads, started as needed up to :data:`CALLBACK_THREADS`, that run callbacks in turn.
+    """Daemon threads that run callbacks: an idle one takes the next, and a callback that finds none idle
+    starts one. So no callback waits behind others that block (a teardown, a settling, a store write):
+    the watchdog's last-resort write and the isolation gate's probes start at once whatever else runs.
+    How many run at once is bounded by their sources (one per failure, per lost verdict, per witness
+    probed, one hang look), and threads are reused, not ended.
 
     Not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at interpreter exit, so a
     callback stuck in a store call would hang the pod's exit; and a forked child inherits its count of
     idle threads that do not exist there. Here a child starts a pool of its own (:func:`run_soon`).
-
-    The lock keeps two counts true together: threads idle (each will take one callback), and
-    callbacks queued while every thread was busy and none could be added (the next thread to finish
-    takes one of those instead of counting itself idle)."""
+    The lock keeps the count of idle threads true: each will take one callback."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self._queue: queue.SimpleQueue[tuple[Callable[[], Any], str, concurrent.futures.Future[Any]]] = (
             queue.SimpleQueue())
-        self._threads = 0
         self._idle = 0
-        self._unserved = 0
         self._lock = threading.Lock()
 
     def submit(self, callback: Callable[[], T], name: str) -> concurrent.futures.Future[T]:
@@ -288,35 +277,40 @@ class _CallbackPool:
             self._queue.put((callback, name, done))
             if self._idle:
                 self._idle -= 1
-            elif self._threads < CALLBACK_THREADS:
-                self._threads += 1
-                threading.Thread(target=self._serve, name="rootcause-callback", daemon=True).start()
             else:
-                self._unserved += 1
+                threading.Thread(target=self._serve, name="rootcause-callback", daemon=True).start()
         return done
 
     def _serve(self) -> None:
+        """Counted idle before the future is done: whoever waited on it and submits the next callback
+        finds this thread free."""
         while True:
             callback, name, done = self._queue.get()
-            if done.set_running_or_notify_cancel():
-                try:
-                    done.set_result(callback())
-                except BaseException as error:  # a callback's failure is its own: logged, kept on its future
-                    logger.error("%s: the callback failed", name, exc_info=error)
-                    done.set_exception(error)
-            with self._lock:
-                if self._unserved:
-                    self._unserved -= 1
-                else:
-                    self._idle += 1
+            if not done.set_running_or_notify_cancel():
+                self._became_idle()
+                continue
+            try:
+                result = callback()
+            except BaseException as error:  # a callback's failure is its own: logged, kept on its future
+                logger.error("%s: the callback failed", name, exc_info=error)
+                self._became_idle()
+                done.set_exception(error)
+            else:
+                self._became_idle()
+                done.set_result(result)
+
+    def _became_idle(self) -> None:
+        with self._lock:
+            self._idle += 1
 
 
 _pool = _CallbackPool()
 
 
 def run_soon(callback: Callable[[], T], *, name: str) -> concurrent.futures.Future[T]:
-    """Run ``callback`` on the process's callback threads (a callback that blocks holds one thread,
-    never its caller); its future holds what it returned or raised (logged with ``name``)."""
+    """Run ``callback`` now on the process's callback threads (a callback that blocks holds one thread,
+    never its caller nor another callback); its future holds what it returned or raised (logged with
+    ``name``)."""
     global _pool
     if _pool.pid != os.getpid():  # a forked child: the parent's threads are not here
         _pool = _CallbackPool()

@@ -266,3 +266,34 @@ def test_importing_every_engine_module_loads_no_front_end() -> None:
                           check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def product_modules() -> Iterator[Path]:
+    """Every product module file (``__init__``/``__main__`` apart), relative to the repository."""
+    for _, path in module_files():
+        if path.name not in ("__init__.py", "__main__.py"):
+            yield path.relative_to(ROOT)
+
+
+def test_every_module_has_a_test_file_at_its_mirrored_path() -> None:
+    """``<package path>/<module>.py`` is tested in ``tests/<package path>/test_<module>.py``: a newcomer finds a
+    module's tests without searching."""
+    missing = [
+        str(module) for module in product_modules()
+        if not (ROOT / "tests" / module.parent / f"test_{module.name}").is_file()
+    ]
+    assert missing == []
+
+
+def test_every_test_file_under_a_package_s_mirror_is_named_for_a_module_beside_it() -> None:
+    """A test of one aspect of a module is ``test_<module>_<aspect>.py``; a test about several modules is a
+    scenario (``tests/scenarios/``), not a file in a module's folder."""
+    stray = []
+    for package in PACKAGES:
+        for test_file in sorted((ROOT / "tests" / package).rglob("test_*.py")):
+            source_folder = ROOT / test_file.parent.relative_to(ROOT / "tests")
+            modules = {path.stem for path in source_folder.glob("*.py")}
+            name = test_file.stem.removeprefix("test_")
+            if not any(name == module or name.startswith(f"{module}_") for module in modules):
+                stray.append(str(test_file.relative_to(ROOT)))
+    assert stray == []

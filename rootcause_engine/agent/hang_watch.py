@@ -115,16 +115,18 @@ class HangWatch:
         self._duty: Duty | None = None
         self._look_under_way: concurrent.futures.Future[object] | None = None
         #: a look that raised costs that look only (logged once per kind); a thread that died anyway
-        #: is logged and kept for the report (:meth:`note`)
-        self._looks = LoopGuard("hang watch", stopped="a rank that hung was no longer named before its "
-                                                      "peers' collective timed out")
+        #: is logged and kept for the report (:meth:`note`). Two guards, for a guard is written by one
+        #: thread at a time: the looks run on the pool, their scheduling on the launch watch's thread.
+        stopped = "a rank that hung was no longer named before its peers' collective timed out"
+        self._looks = LoopGuard("hang watch", stopped=stopped)
+        self._scheduling = LoopGuard("hang watch", stopped=stopped)
 
     def found(self) -> dict[int, NoProgressVerdict]:
         """The verdicts reached so far, by worker pid."""
         return dict(self._found)
 
     def __enter__(self) -> HangWatch:
-        self._duty = self._loop.every(self.settings.interval_s, self._schedule_look, guard=self._looks)
+        self._duty = self._loop.every(self.settings.interval_s, self._schedule_look, guard=self._scheduling)
         if self._owns_loop:
             self._loop.start()
         return self
@@ -132,13 +134,15 @@ class HangWatch:
     def __exit__(self, *exc_info: object) -> None:
         if self._duty is not None:
             self._loop.drop(self._duty)
-        wait_for(self._look_under_way, self.settings.interval_s + 5)
+        if not wait_for(self._look_under_way, self.settings.interval_s + 5) and self._look_under_way is not None:
+            self._look_under_way.cancel()  # a look not started yet never runs after the launch
         if self._owns_loop:
             self._loop.stop(timeout_s=self.settings.interval_s + 5)
 
     def note(self) -> str | None:
         """For the report: the watch's looks failed, or its thread died; ``None`` when neither."""
-        return self._looks.note()
+        notes = [note for note in (self._scheduling.note(), self._looks.note()) if note]
+        return " ".join(notes) or None
 
     def _schedule_look(self) -> None:
         """One :meth:`look` on the pool, unless the previous one still runs; one that raises costs that

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 CONTACT_FOLDER = "rootcause-contact"
 #: Bytes of one posted contact at most (a few fields; anything larger is not one).
 MAX_CONTACT_BYTES = 4096
+#: How long the failure path waits for an even split's settling beyond the wait for the accused's
+#: contact (this pod's API probe and its own post); past it, this pod declares no one lost.
+SETTLE_MARGIN_S = 10.0
 #: Seconds one try of the cluster's API endpoint gets.
 API_TIMEOUT_S = 1.5
 #: Seconds between two looks for the accused's contact.
@@ -188,7 +191,12 @@ class IsolationGate:
         if settling is fresh:
             run_soon(functools.partial(self._settle, dict(accused), settling), name="isolation gate")
         if block:
-            return settling.result()
+            try:
+                return settling.result(timeout=self.wait_s + SETTLE_MARGIN_S)
+            except concurrent.futures.TimeoutError:  # a store or API that hangs must not hang the failure path
+                return GateAnswer(cut_off=f"{names} fell silent, and settling who is cut off took over "
+                                          f"{self.wait_s + SETTLE_MARGIN_S:.0f} s (the object store or the API did "
+                                          "not answer): this pod declares no one lost")
         return settling.result() if settling.done() else GateAnswer(pending=True)
 
     def _settle(self, accused: dict[int, Suspect], answer: concurrent.futures.Future[GateAnswer]) -> None:

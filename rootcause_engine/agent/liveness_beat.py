@@ -11,7 +11,6 @@ named only through the isolation gate (:mod:`.lost_verdict`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -20,7 +19,7 @@ from rootcause_engine.agent.failure_announcements import FailureAnnouncements
 from rootcause_engine.agent.lost_verdict import LostVerdicts
 from rootcause_engine.agent.peer_link import PeerLink, answers, link_hub
 from rootcause_engine.agent.peer_round import PeerRound
-from rootcause_engine.thread_guard import LoopGuard, start_guarded
+from rootcause_engine.thread_guard import GuardedLoop, LoopGuard
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +56,7 @@ class LivenessBeat:
         self._failed_pods_live_on = failed_pods_live_on
         self._peer_failed = peer_failed
         self._guard = guard
-        self._stop = threading.Event()
-        self._wake = threading.Event()  # the sleep between beats ends early (stopped, a link closed)
-        self._thread: threading.Thread | None = None
+        self._loop: GuardedLoop | None = None  # the heartbeat's thread, once started
         # the watched successor: its group rank, its last heartbeat (ns), when that last changed
         self._watched: int | None = None
         self._watched_beat: int | None = None
@@ -76,35 +73,33 @@ class LivenessBeat:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._loop is not None and self._loop.running
 
     def start(self, on_death: Callable[[BaseException], None]) -> None:
-        """Start the heartbeat thread; ``on_death`` if it dies anyway (after the guard's log)."""
-        self._thread = start_guarded(self._run, name="rootcause-peer-watch", on_death=on_death)
+        """Start the heartbeat thread: one :meth:`_beat` at once, then one per pause. A beat that raises
+        what nobody expected costs that beat's look only (the guard logs and keeps it): a heartbeat that
+        stopped would make the peers declare this healthy pod lost. ``on_death``: the thread died anyway."""
+        self._loop = GuardedLoop("rootcause-peer-watch", self._beat, interval_s=self._interval_s, first_wait=False,
+                                 guard=self._guard, on_death=on_death, at_end=self._release_link).start()
 
     def stop(self, timeout_s: float) -> None:
         """End the heartbeat and release the link; wait up to ``timeout_s`` for the thread (never
         from the thread itself)."""
-        self._stop.set()
-        self._wake.set()
+        self._release_link()
+        if self._loop is not None:
+            self._loop.stop(timeout_s)
+
+    def _release_link(self) -> None:
+        """Also run as the thread ends: a link made as the round was stopped is released too."""
         if self._link is not None:
             self._link.release()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=timeout_s)
+
+    def _wake(self) -> None:
+        """A link closed: the next look is now, not after the pause."""
+        if self._loop is not None:
+            self._loop.wake()
 
     # --- the thread ----------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        """One :meth:`_beat` per pause. A beat that raises what nobody expected costs that beat's
-        look only (the guard logs and keeps it): a heartbeat that stopped would make the peers
-        declare this healthy pod lost."""
-        while not self._stop.is_set():
-            pause = self._guard.run(self._beat)
-            self._wake.wait(self._interval_s if pause is None else pause)
-            self._wake.clear()
-        if self._link is not None:  # released here too: a link made as the round was stopped
-            self._link.release()
 
     def _beat(self) -> float:
         """One heartbeat and one look at the ledger and the watched peer; the pause until the next."""
@@ -259,4 +254,4 @@ class LivenessBeat:
         joined = self._round.ledger.joined().get(rank)
         endpoint = None if joined is None else joined.link
         if endpoint is not None:
-            self._link = link_hub().watch(endpoint, on_closed=self._wake.set)
+            self._link = link_hub().watch(endpoint, on_closed=self._wake)

@@ -117,11 +117,15 @@ class SoftWorld:
         latest formed world as the current one (its ``entry.join`` then asks for the next). ``None``
         (and nothing written) when no job runs yet: the pod takes part in torch's rendezvous."""
         keys = SoftWorldStore(store, store_timeout_s)
-        initial = keys.job.nodes()
+        try:
+            initial = keys.job.nodes()
+            added = None if initial is None else keys.job.count_added_pod()
+        except BaseException:  # a store that failed: its client's thread ends here too
+            keys.close()
+            raise
         if initial is None:
             keys.close()
             return None
-        added = keys.job.count_added_pod()
         if added is None:
             keys.close()
             raise WorldUnreadable(f"the count of pods that joined the running job ({SOFT_ADDED_KEY}) is no count")

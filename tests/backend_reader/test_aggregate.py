@@ -1,6 +1,6 @@
-"""Pure tests: ordering error files into a result, the error.pb copy, bounded messages, the
-made-up errors and the JSON shape. The storage retry loop meets real network faults in
-``test_reader_stores.py``."""
+"""Pure tests of ``backend_reader.aggregate``: ordering error files into a result, the error.pb copy,
+bounded messages and the root cause's ``ExecutionError``. The made-up errors are in ``test_results.py``,
+the JSON shape in ``test_render.py``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from flyteidl.core import execution_pb2
 from backend_reader.aggregate import Collector
 from backend_reader.documents import FailureRecord, SkippedFile, parse_error_document
 from backend_reader.messages import TRUNCATION_INDICATOR
-from backend_reader.render import to_json_dict, to_proto_bytes
-from backend_reader.results import ERROR_FILE_BAD_FORMAT, ERROR_FILE_NOT_FOUND, ReadResult
+from backend_reader.render import to_proto_bytes
+from backend_reader.results import ReadResult
 from testbed.reader_support import BASE_NS, error_document
 
 PREFIX = "gs://bucket/out"
@@ -85,31 +85,3 @@ def test_execution_error_of_the_root_cause() -> None:
     parsed = execution_pb2.ExecutionError()
     parsed.ParseFromString(to_proto_bytes(result))
     assert parsed == error
-
-
-def test_made_up_errors_when_nothing_is_usable() -> None:
-    none = collect([])
-    assert not none.is_error and none.execution_error().execution_error.code == ERROR_FILE_NOT_FOUND
-    assert to_proto_bytes(none) == b""
-    bad = collect([SkippedFile(f"{PREFIX}/error-{i}.pb", "empty file") for i in range(7)])
-    outcome = bad.execution_error()
-    assert bad.is_error and outcome.is_recoverable
-    assert outcome.execution_error.code == ERROR_FILE_BAD_FORMAT
-    assert outcome.execution_error.kind == execution_pb2.ExecutionError.SYSTEM
-    assert "and 2 more" in outcome.execution_error.message
-
-
-def test_json_shape() -> None:
-    result = collect([*sample(), SkippedFile(f"{PREFIX}/error-x.pb", "empty file")])
-    shape = to_json_dict(result)
-    assert set(shape) == {"is_error", "error", "failures", "skipped"}
-    assert shape["is_error"] is True
-    assert set(shape["error"]) == {"code", "message", "kind", "worker", "timestamp", "error_uri", "is_recoverable"}
-    assert shape["error"]["timestamp"] == "2026-09-21T14:13:20.000000000Z"
-    assert shape["error"]["kind"] == "USER"
-    keys = {"worker", "timestamp", "code", "kind", "is_recoverable", "role", "error_uri"}
-    assert all(set(failure) == keys for failure in shape["failures"])
-    assert [f["role"] for f in shape["failures"]] == ["root-cause", "candidate", "candidate", "candidate", "victim"]
-    assert shape["failures"][3]["timestamp"] is None
-    assert shape["skipped"] == [{"error_uri": f"{PREFIX}/error-x.pb", "reason": "empty file"}]
-    assert to_json_dict(collect([])) == {"is_error": False, "error": None, "failures": [], "skipped": []}

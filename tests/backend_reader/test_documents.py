@@ -1,4 +1,5 @@
-"""Pure tests: error-file parsing and validation, message cutting, time format, naming rules."""
+"""Pure tests of ``backend_reader.documents``: error-file parsing and validation, the message cut and role
+and time a parsed document gets; the storage layer's transient-error rule."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend_reader.documents import ErrorKind, FailureRecord, SkippedFile, parse_error_document
-from backend_reader.layout import count_error_files, error_listings
-from backend_reader.messages import TRUNCATION_INDICATOR, cut_message
+from backend_reader.messages import TRUNCATION_INDICATOR
 from backend_reader.storage import is_transient
-from backend_reader.strategy import ErrorAggregationStrategy
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_core.safe_text import safe_line, safe_text
 from rootcause_core.testimony import VICTIM_STAMP_DELAY_NS, for_failure, with_testimony
-from rootcause_core.timestamps import rfc3339_ns
 from testbed.reader_support import BASE_NS, error_document
 
 URI = "gs://bucket/out/error-w-1.pb"
@@ -145,50 +143,10 @@ def test_arbitrary_valid_documents_parse(message: str, worker: str, offset_ns: i
     assert outcome.message == safe_text(message or "x")
 
 
-def test_message_cut_keeps_head_and_tail_like_propeller() -> None:
-    message = "HEAD" + "x" * 300_000 + "TAIL"
-    cut = cut_message(message, 100 * 1024)
-    assert cut.startswith("HEAD") and cut.endswith("TAIL")
-    assert TRUNCATION_INDICATOR in cut
-    assert len(cut.encode()) <= 100 * 1024 + len(TRUNCATION_INDICATOR) + 2
-
-
-def test_message_cut_leaves_short_messages_and_keeps_utf8_valid() -> None:
-    assert cut_message("short") == "short"
-    cut = cut_message("é" * 1000, 101)  # 2-byte characters, odd limit: the cuts split characters
-    assert cut.encode("utf-8").decode("utf-8") == cut
-    assert cut.startswith("é" * 25) and cut.endswith("é" * 25)
-
-
 def test_parsing_cuts_long_messages() -> None:
     record = parse(error_document("[root cause] " + "y" * 200_000))
     assert isinstance(record, FailureRecord)
     assert TRUNCATION_INDICATOR in record.message and record.role == Role.CANDIDATE
-
-
-def test_rfc3339_with_nanoseconds() -> None:
-    assert rfc3339_ns(0) == "1970-01-01T00:00:00.000000000Z"
-    assert rfc3339_ns(1_700_000_000_123_456_789) == "2023-11-14T22:13:20.123456789Z"
-    assert rfc3339_ns(-1) == "1969-12-31T23:59:59.999999999Z"
-    assert rfc3339_ns(-62_135_596_800 * 10**9) == "0001-01-01T00:00:00.000000000Z"
-
-
-def test_listings_per_strategy() -> None:
-    [default] = error_listings("gs://b/out", "gs://b/raw", ErrorAggregationStrategy.DEFAULT)
-    assert default.accepts("error.pb") and not default.accepts("error-w-1.pb")
-    outputs, raw = error_listings("gs://b/out/", "gs://b/raw", ErrorAggregationStrategy.EARLIEST)
-    assert (outputs.folder, raw.folder) == ("gs://b/out/", "gs://b/raw/errors")
-    assert outputs.accepts("error-w-1.pb") and outputs.accepts("error.pb")
-    assert not outputs.accepts("outputs.pb") and not outputs.accepts("error-w-1.pb.tmp")
-    assert raw.accepts("anything.pb") and not raw.accepts("notes.txt")
-    assert len(error_listings("gs://b/out", None, ErrorAggregationStrategy.EARLIEST)) == 1
-
-
-def test_counting_error_files_ignores_the_error_pb_copy() -> None:
-    prefix = "gs://b/out"
-    assert count_error_files([f"{prefix}/error.pb"], prefix) == 1
-    assert count_error_files([f"{prefix}/error.pb", f"{prefix}/error-a.pb", f"{prefix}/error-b.pb"], prefix) == 2
-    assert count_error_files([], prefix) == 0
 
 
 def test_transient_errors_are_recognised() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 
 import flyte
 import pytest
@@ -13,8 +12,9 @@ from flyteplugins.pytorch.task import RunPolicy, TorchFunctionTask
 
 from flyteplugins.rootcause import ElasticRootCause, RootCauseTorchFunctionTask
 from rootcause_harness.flyte2 import training
+from tests import REPO_ROOT
 
-CONTEXT = SerializationContext(version="v1", root_dir=pathlib.Path(__file__).resolve().parents[2])
+CONTEXT = SerializationContext(version="v1", root_dir=REPO_ROOT)
 
 
 def test_the_task_class_is_ours_and_the_backend_sees_upstream_s_task_type_and_custom() -> None:

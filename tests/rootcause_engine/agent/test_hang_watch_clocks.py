@@ -34,10 +34,11 @@ from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.worker_progress import Usage
 from rootcause_engine.store_layout import hang_wait_key
 from rootcause_engine.worker.progress_beacon import BeaconReading, GroupProgress
+from tests import REPO_ROOT
 from tests.rootcause_engine.agent.clocked_pods import LOOK_S, Ledger, Peers, still_beacon
 
 S = 1_000_000_000
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 SKEWED_CLOCK_DIR = ROOT / "rootcause_harness" / "skewed_clock"
 AFTER_S = 3.0
 #: Long enough for the agent process to import the engine before the step (measured: 2 s, and 7 s on a

@@ -4,6 +4,7 @@ a third party (the cluster's API endpoint, and what each pod posts in the object
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import fsspec
 import pytest
 
 from rootcause_core.liveness import Reach, Settled, settle_even_split
+from rootcause_engine.agent import isolation_gate
 from rootcause_engine.agent.isolation_gate import (
     FsspecBoard,
     GateAnswer,
@@ -123,3 +125,23 @@ def test_nodes_that_never_arrived_are_named_only_from_the_larger_side(api: tuple
     assert may_name_missing(missing=3, arrived=0, api=api) is not None  # a cut-off store host sees all miss
     assert may_name_missing(missing=1, arrived=0, api=api) is None  # two nodes, the API reached
     assert may_name_missing(missing=1, arrived=0, api=_closed_port()) is not None
+
+
+def test_an_object_store_that_never_answers_leaves_the_failure_path_naming_no_one(
+    tmp_path: Path, api: tuple[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This pod's post never returns (a FIFO nobody reads stands for a store that accepts and then
+    hangs): the failure path's wait for the settling ends after its bound, and accuses no one."""
+    monkeypatch.setattr(isolation_gate, "SETTLE_MARGIN_S", 0.5)
+    board = _board(tmp_path)
+    contact = Path(board.prefix) / isolation_gate.CONTACT_FOLDER / "c0.json"
+    contact.parent.mkdir(parents=True)
+    os.mkfifo(contact)
+    gate = IsolationGate("pod-0", contact="c0", board=board, wait_s=0.5, api=api, probe=lambda endpoints: 0)
+    try:
+        answer = gate.judge({1: Suspect("pod-1", "c1")}, [], block=True)
+        assert not answer.lost and answer.cut_off is not None
+        assert "did not answer" in answer.cut_off and "declares no one lost" in answer.cut_off
+    finally:
+        with open(contact, "rb"):  # the hung post gets its reader and ends
+            pass

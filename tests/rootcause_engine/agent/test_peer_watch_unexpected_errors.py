@@ -152,7 +152,8 @@ def test_a_heartbeat_thread_that_dies_anyway_says_its_pod_failed(server_port: in
         assert wait_until(lambda: all(len(pod.watch.members()) == 3 for pod in pods), WAIT_S)
         current = pods[1].watch._current()
         assert current is not None
-        current.beat._wake = _Broken()
+        assert current.beat._loop is not None
+        current.beat._loop._woken = _Broken()
         assert wait_until(lambda: pods[0].peer_failed == 1 and pods[2].peer_failed == 1, WAIT_S)
         time.sleep(QUIET_S)  # pod 1 beats no more: silent, and failed
         assert [pod.lost for pod in pods] == [[], [], []]

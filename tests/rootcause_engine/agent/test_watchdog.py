@@ -1,20 +1,14 @@
-"""The watchdog's hang rule (pure), the last-resort failure sink, and teardown by pid (real processes)."""
+"""The watchdog's hang rule (pure) and the last-resort failure sink."""
 
 from __future__ import annotations
 
 import io
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
 
 from flytekitplugins_rootcause.config import ElasticRootCause
 from rootcause_engine.agent import failure_sink
-from rootcause_engine.agent.teardown import terminate_then_kill
 from rootcause_engine.agent.watchdog import (
     AgentSnapshot,
     WatchdogSettings,
@@ -155,39 +149,3 @@ def test_a_failing_or_hanging_sink_is_reported_and_never_blocks_the_exit() -> No
         delivery = failure_sink.deliver_last_resort(Report(), timeout_s=0.2, stream=io.StringIO())
     release.set()
     assert "did not finish within 0.2 s" in (delivery.problem or "")
-
-
-IGNORES_SIGTERM = (
-    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
-    "time.sleep(60)"
-)
-
-
-def _has_exited(pid: int) -> bool:
-    """Whether our child ``pid`` has ended, asked of the kernel without reaping it.
-
-    Not the death watcher's thread: whether that thread has run yet is scheduler luck, and a busy
-    machine would make a process that is long gone look alive to ``terminate_then_kill``.
-    """
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-
-def test_terminate_then_kill_ends_a_sigterm_ignoring_process_by_sigkill() -> None:
-    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    stubborn = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True)
-    try:
-        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
-        started = time.monotonic()
-        left = terminate_then_kill([polite.pid, stubborn.pid], grace_s=0.5, exited=_has_exited)
-        assert left == []
-        # SIGKILL came only after the grace: the stubborn one outlived it
-        assert time.monotonic() - started >= 0.5
-        assert polite.wait() == -signal.SIGTERM
-        assert stubborn.wait() == -signal.SIGKILL
-    finally:
-        for proc in (polite, stubborn):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        assert stubborn.stdout is not None
-        stubborn.stdout.close()

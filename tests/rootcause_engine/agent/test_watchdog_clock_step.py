@@ -12,10 +12,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from tests import REPO_ROOT
 
 S = 1_000_000_000
-SKEWED_CLOCK_DIR = Path(__file__).resolve().parents[2] / "rootcause_harness" / "skewed_clock"
+SKEWED_CLOCK_DIR = REPO_ROOT / "rootcause_harness" / "skewed_clock"
 #: Long enough for the child to import the engine and see its worker fail before the first step.
 FIRST_STEP_AFTER_S = 12
 SECOND_STEP_AFTER_S = 14

@@ -164,35 +164,6 @@ def test_a_slow_link_is_triangulated_by_the_two_rounds() -> None:
     assert verdicts(decide_nodes(times, 1.3, 0.0)) == [OK, OK, SLOW_NETWORK, OK, OK, OK]
 
 
-def test_a_node_computes_as_slow_as_its_slowest_local_worker() -> None:
-    samples = [
-        WorkerSample(0, 0, 0, (1.0, 3.0), (1.0,)),
-        WorkerSample(1, 0, 0, (2.5, 1.0), (1.0,)),  # trial by trial: the slower of node 0's workers
-        WorkerSample(2, 1, 0, (1.0, 1.0), (1.0,)),
-        WorkerSample(3, 1, 0, (1.1, 0.9), (1.0,)),
-    ]
-    times = aggregate([0, 1], samples, [[(0, 1)]])
-    assert [t.compute_s for t in times] == [((2.5, 3.0),), ((1.1, 1.0),)]
-
-
-def test_a_groups_link_time_is_the_shortest_view_of_its_members() -> None:
-    # both ranks ran the same collectives; rank 1 was preempted after the last one and saw longer
-    samples = [WorkerSample(0, 0, 0, (1.0,), (0.5, 0.7)), WorkerSample(1, 1, 0, (1.0,), (0.9, 0.6))]
-    times = aggregate([0, 1], samples, [[(0, 1)]])
-    assert [t.comm_s for t in times] == [((0.5, 0.6),), ((0.5, 0.6),)]
-
-
-def test_an_error_on_any_local_worker_fails_the_node() -> None:
-    samples = [
-        WorkerSample(0, 0, 0, (1.0,), (1.0,)),
-        WorkerSample(1, 0, 0, None, (1.0,), error="compute step raised RuntimeError: CUDA error"),
-        WorkerSample(2, 1, 0, (1.0,), (1.0,)),
-    ]
-    times = aggregate([0, 1], samples, [[(0, 1)]])
-    assert times[0].failed and "rank 1, round 1: compute step raised" in times[0].error
-    assert not times[1].failed
-
-
 #: A measured homogeneous first check (4 simulated nodes on one CPU beside two busy processes,
 #: ``benchmarks/straggler.py --first-checks``): per node, per round, its group's all-reduce trials (ms).
 #: Groups: round 1 {0,1} {2,3}, round 2 {0,3} {1,2}. Node 0's two groups happened to be the slower.

@@ -1,9 +1,9 @@
-"""Settings validation, the action plan, the report (task output, table, Deck) and the task type."""
+"""Settings validation, the report as a task output and in the fail error, and the task type
+(the action plan, the table and the Deck: ``test_actions.py``, ``test_report.py``, ``test_page.py``)."""
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -30,10 +30,9 @@ from flytekitplugins_rootcause.straggler import (
     validate_for_task,
 )
 from rootcause_engine.agent.rendezvous_host import endpoint_port, process_listens_on
-from rootcause_engine.straggler.actions import Step, plan_action
-from rootcause_engine.straggler.page import render_html
+from tests import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
 
 
@@ -109,34 +108,6 @@ def report(*verdicts: str, action: str = "warn") -> StragglerReport:
     )
 
 
-def plan(rep: StragglerReport, check: StragglerCheck, node_rank: int = 0, **kw: object) -> Step:
-    args = {"nnodes": "3:4", "restart_count": 0, "max_restarts": 1, **kw}
-    return plan_action(rep, check, node_rank=node_rank, **args).step  # type: ignore[arg-type]
-
-
-def test_action_plan_is_the_same_for_every_worker_of_a_node() -> None:
-    slow = report("ok", "ok", "slow-compute", "ok")
-    assert plan(slow, StragglerCheck(action="warn")) is Step.CONTINUE
-    assert plan(slow, StragglerCheck(action="fail")) is Step.FAIL
-    exclude = StragglerCheck(action="exclude")
-    assert plan(slow, exclude, node_rank=2) is Step.LEAVE
-    assert plan(slow, exclude, node_rank=0) is Step.RESTART
-    assert plan(report("ok", "ok", "ok", "ok"), exclude) is Step.CONTINUE
-    # later attempts only warn, so a job never shrinks step by step
-    assert plan(slow, exclude, node_rank=2, restart_count=1) is Step.CONTINUE
-    # excluding below the minimum fails instead
-    assert plan(report("ok", "failed", "slow-compute", "ok"), exclude, nnodes="3:4") is Step.FAIL
-    with pytest.raises(StragglerConfigError, match="nnodes=4 is fixed"):
-        plan(slow, exclude, nnodes=4)
-    # the pod that runs the rendezvous store never leaves: the others could not re-rendezvous
-    slow.nodes[2].hosts_rendezvous = True
-    assert plan(slow, exclude, node_rank=0) is Step.FAIL
-    slow.nodes[2].hosts_rendezvous = None  # unknown (PET_RDZV_ENDPOINT not set): fail safe
-    assert plan(slow, exclude, node_rank=0) is Step.FAIL
-    with pytest.raises(StragglerConfigError, match="neither passed nor set in PET_NNODES"):
-        plan(slow, exclude, nnodes=None)
-
-
 def test_a_process_is_seen_to_listen_on_the_rendezvous_port(tmp_path: Path) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -169,21 +140,6 @@ def test_report_is_a_task_output_that_round_trips() -> None:
     literal_type = TypeEngine.to_literal_type(StragglerReport)
     literal = TypeEngine.to_literal(ctx, rep, StragglerReport, literal_type)
     assert TypeEngine.to_python_value(ctx, literal, StragglerReport) == rep
-
-
-def test_table_has_one_row_per_node_and_the_verdicts() -> None:
-    lines = report("ok", "slow-compute").table().splitlines()
-    assert "pod 'pod-1' (node rank 1) slow-compute" in lines[0]
-    assert len(lines) == 4 and lines[3].split()[-1] == "slow-compute"
-    assert "skipped" in StragglerReport(skipped="1 node(s)").table()
-
-
-def test_deck_is_self_contained_html_with_a_table_and_an_svg_chart() -> None:
-    html = render_html(report("ok", "slow-compute", "ok", "ok"))
-    assert "<table>" in html and html.count("<tr>") == 5
-    assert "<svg" in html and html.count("<rect") == 8  # two bars per node
-    assert not re.search(r"<script|https?://(?!www\.w3\.org/2000/svg)", html)
-    assert "&lt;b&gt;" in render_html(StragglerReport(nodes=[NodeResult(0, "<b>", "h", 1)]))  # escaped
 
 
 def test_precheck_is_an_elastic_task_returning_the_report() -> None:

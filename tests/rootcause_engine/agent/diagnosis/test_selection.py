@@ -13,7 +13,7 @@ from flytekitplugins_rootcause.exceptions import (
 from rootcause_core.ordering import Role, TimeSource
 from rootcause_engine.agent.death_watcher import ProcessExit
 from rootcause_engine.agent.diagnosis.pipeline import report_for
-from rootcause_engine.agent.diagnosis.report import format_root_cause_message, format_time
+from rootcause_engine.agent.diagnosis.report import format_root_cause_message
 from rootcause_engine.agent.diagnosis.selection import RetryRule, is_recoverable, rank_failures
 from rootcause_engine.agent.launch_ledger import LaunchedWorker
 from rootcause_engine.agent.launch_record import Detection, WorkerRecord
@@ -128,29 +128,6 @@ def test_flyte_2_s_rule_retries_every_root_cause_but_one_that_forbids_it() -> No
     forbidding = rank([WorkerRecord(launched(0), None, refused)])
     assert forbidding[0].retry_refused and not is_recoverable(forbidding, RetryRule.UNLESS_REFUSED)
     assert report_for(forbidding, retry_rule=RetryRule.UNLESS_REFUSED).recoverable is False
-
-
-def test_report_names_root_cause_then_victims() -> None:
-    teardown = T0 + S
-    failures = rank([
-        WorkerRecord(launched(1), ProcessExit(101, T0 + 123_456_789, None, int(signal.SIGKILL)), None),
-        WorkerRecord(launched(0), ProcessExit(100, teardown + 1, None, int(signal.SIGTERM)), None),
-    ], teardown)
-    text = format_root_cause_message(failures)
-    lines = text.splitlines()
-    assert lines[0] == (
-        f"[root cause] rank 1 (local rank 1, group rank 0) on worker pod-0 (host host-a, pid 101, SIGKILL) "
-        f"failed at {format_time(T0 + 123_456_789)} (observed): killed by SIGKILL (no error file: likely killed "
-        "by the OOM killer or the node; check the pod's memory limit and events)"
-    )
-    assert lines[-2] == "Other failures (1):"
-    assert lines[-1].startswith("  - victim: rank 0 (local rank 0, group rank 0) on worker pod-0")
-    assert " +0.877 s: killed by SIGTERM (the agent's teardown" in lines[-1]
-
-
-def test_format_time_keeps_nanoseconds() -> None:
-    assert format_time(1_700_000_000_000_000_001) == "2023-11-14T22:13:20.000000001Z"
-    assert format_time(None) == "unknown time"
 
 
 def test_own_failure_recorded_before_teardown_is_not_undone_by_a_later_sigterm() -> None:
