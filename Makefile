@@ -39,10 +39,11 @@ $(STAMP): setup.cfg pyproject.toml VERSION distributions/rootcause-core/pyprojec
 demo: $(STAMP)
 	$(VENV)/bin/rootcause-demo
 
-# two pytest workers: most tests wait on real processes and servers, so two run in the time of one
+# two pytest workers: most tests wait on real processes and servers, so two run in the time of one;
+# tests handed out one at a time, in order (the slow ones first), so both workers share the slow ones
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -n 2 -m "not compat"
+	$(VENV)/bin/pytest -n 2 --maxschedchunk 1 -m "not compat"
 
 # the compatibility lane (.ci/run, after the suite): the plugin installed from its wheels on the oldest,
 # a middle and the newest of each upstream, faults judged at the operator's decision (tests/compat);
