@@ -19,7 +19,6 @@ from flytekitplugins.kfpytorch.task import PytorchElasticFunctionTask
 
 from flytekitplugins_rootcause.straggler import (
     Action,
-    NodeResult,
     StragglerCheck,
     StragglerConfigError,
     StragglerDetectedError,
@@ -31,6 +30,7 @@ from flytekitplugins_rootcause.straggler import (
 )
 from rootcause_engine.agent.rendezvous_host import endpoint_port, process_listens_on
 from tests import REPO_ROOT
+from tests.rootcause_engine.straggler.made_reports import report
 
 REPO = REPO_ROOT
 PYFLYTE = str(Path(sys.executable).with_name("pyflyte"))
@@ -79,33 +79,6 @@ def test_exclude_needs_a_node_range_and_a_restart() -> None:
     validate_for_task(StragglerCheck(action="fail"), 4, max_restarts=0)
 
 
-def node(rank: int, verdict: str = "ok") -> NodeResult:
-    return NodeResult(
-        node_rank=rank,
-        pod=f"pod-{rank}",
-        host=f"host-{rank}",
-        local_workers=2,
-        groups=[[0, 1], [rank, 3 - rank]],
-        compute_s=[0.01, 0.011],
-        comm_s=[0.002, None],
-        best_compute_s=0.01,
-        best_comm_s=0.002,
-        compute_score=2.0 if verdict == "slow-compute" else 1.0,
-        comm_score=1.0,
-        verdict=verdict,
-        hosts_rendezvous=False,
-    )
-
-
-def report(*verdicts: str, action: str = "warn") -> StragglerReport:
-    return StragglerReport(
-        nodes=[node(i, v) for i, v in enumerate(verdicts)],
-        threshold=1.3,
-        network_threshold=1.5,
-        rounds=2,
-        action=action,
-        network_localizable=len(verdicts) >= 4,
-    )
 
 
 def test_a_process_is_seen_to_listen_on_the_rendezvous_port(tmp_path: Path) -> None:
