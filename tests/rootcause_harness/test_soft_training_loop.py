@@ -5,14 +5,12 @@ of the workers' logs that the scenarios judge steps and world changes by."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 
-from rootcause_engine.worker.world_events import EVENTS_DIR_VARIABLE
 from rootcause_harness.faults import SIM_DIR_VARIABLE
 from rootcause_harness.loopback import free_port
 from rootcause_harness.soft_training_loop import (
@@ -40,20 +38,6 @@ def _run(steps: int, **kwargs: Any) -> float:
     return run_soft_training(steps, **arguments, recoverable_error=Recoverable, fatal_error=Fatal)
 
 
-@pytest.fixture
-def world_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This process as the one worker of a hard-restart job (no soft-restart channel); its group destroyed after."""
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(free_port()), "FLYTE_INTERNAL_WORKER_NAME": "p-0",
-                        SIM_DIR_VARIABLE: str(tmp_path)}.items():
-        monkeypatch.setenv(name, value)
-    for name in (EVENTS_DIR_VARIABLE, "TORCHELASTIC_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    yield tmp_path
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def _only_log(sim_dir: Path) -> list[dict[str, Any]]:
     [[events]] = read_worker_logs(sim_dir).values()
     return events
@@ -61,7 +45,7 @@ def _only_log(sim_dir: Path) -> list[dict[str, Any]]:
 
 def test_a_run_without_a_failure_sums_every_step_once_and_logs_it(world_of_one: Path) -> None:
     assert _run(4) == 10.0  # steps * (steps + 1) / 2
-    assert list(read_worker_logs(world_of_one)) == [("p-0", 0)]
+    assert list(read_worker_logs(world_of_one)) == [("train-worker-0", 0)]
     events = _only_log(world_of_one)
     assert [e["event"] for e in events] == ["start", "world", "step", "step", "step", "step"]
     assert events[0]["restarted"] is False
@@ -74,8 +58,8 @@ def test_a_run_without_a_failure_sums_every_step_once_and_logs_it(world_of_one: 
 @pytest.mark.parametrize(("fatal", "error"), [(False, Recoverable), (True, Fatal)])
 def test_the_failing_worker_raises_the_front_ends_exception_at_its_step(world_of_one: Path, fatal: bool,
                                                                        error: type[Exception]) -> None:
-    with pytest.raises(error, match=r"^injected failure at step 2 on p-0 local rank 0$"):
-        _run(5, fail_pod="p-0", fail_step=2, fail_fatal=fatal)
+    with pytest.raises(error, match=r"^injected failure at step 2 on train-worker-0 local rank 0$"):
+        _run(5, fail_pod="train-worker-0", fail_step=2, fail_fatal=fatal)
     events = _only_log(world_of_one)
     assert steps_of(events) == [1, 2] and events[-1] == {**events[-1], "event": "fault", "step": 2, "kind": "raise"}
 
@@ -83,10 +67,10 @@ def test_the_failing_worker_raises_the_front_ends_exception_at_its_step(world_of
 def test_a_restarted_worker_fails_again_only_with_fail_again(world_of_one: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert _run(2, fail_pod="p-0", fail_step=0) == 3.0
+    assert _run(2, fail_pod="train-worker-0", fail_step=0) == 3.0
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with pytest.raises(Recoverable, match="at step 0"):
-        _run(2, fail_pod="p-0", fail_step=5, fail_again=True)
+        _run(2, fail_pod="train-worker-0", fail_step=5, fail_again=True)
     events = _only_log(world_of_one)  # one process: both runs in its one log
     assert [(e["event"], e.get("restarted")) for e in events if e["event"] in ("start", "fault")] == [
         ("start", True), ("start", True), ("fault", None)]

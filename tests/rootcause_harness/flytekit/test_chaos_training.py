@@ -4,20 +4,15 @@ spare restart), what they hand the loop, and a real run of one in a world of one
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch.distributed as dist
 from flytekit.exceptions.user import FlyteRecoverableException
 
-from rootcause_engine.worker.world_events import EVENTS_DIR_VARIABLE
 from rootcause_harness.chaos import REUSE_PIDS_VARIABLE
-from rootcause_harness.faults import SIM_DIR_VARIABLE
 from rootcause_harness.flytekit import chaos_training
 from rootcause_harness.flytekit.job import container_args, serialize
-from rootcause_harness.loopback import free_port
 
 
 @pytest.mark.parametrize(("task", "nnodes"), [(chaos_training.chaos_train_3x1, 3), (chaos_training.chaos_train_4x1, 4)])
@@ -41,20 +36,6 @@ def test_importing_outside_a_soak_pod_leaves_torchs_agent_alone() -> None:
 
     assert REUSE_PIDS_VARIABLE not in os.environ
     assert LocalElasticAgent._start_workers.__qualname__ == "LocalElasticAgent._start_workers"
-
-
-@pytest.fixture
-def world_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This process as the one worker of a hard-restart job; its group destroyed after."""
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(free_port()), "FLYTE_INTERNAL_WORKER_NAME": "train-worker-0",
-                        SIM_DIR_VARIABLE: str(tmp_path)}.items():
-        monkeypatch.setenv(name, value)
-    for name in (EVENTS_DIR_VARIABLE, "TORCHELASTIC_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    yield tmp_path
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 @pytest.mark.usefixtures("world_of_one")

@@ -3,8 +3,6 @@ each hands the loop, and the loop run for real in a world of one with flytekit's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +10,9 @@ import torch.distributed as dist
 from flytekit.core.base_task import PythonTask
 from flytekit.exceptions.user import FlyteRecoverableException
 
-from rootcause_engine.worker.world_events import EVENTS_DIR_VARIABLE
 from rootcause_harness import soft_training_loop
-from rootcause_harness.faults import SIM_DIR_VARIABLE
 from rootcause_harness.flytekit import soft_training
 from rootcause_harness.flytekit.job import container_args, serialize
-from rootcause_harness.loopback import free_port
 
 TASKS = {name: value for name, value in vars(soft_training).items() if isinstance(value, PythonTask)}
 
@@ -61,26 +56,12 @@ def test_the_spawned_tasks_hand_every_argument_to_the_loop(monkeypatch: pytest.M
     ]
 
 
-@pytest.fixture
-def world_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This process as the one worker of a hard-restart job; its group destroyed after."""
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(free_port()), "FLYTE_INTERNAL_WORKER_NAME": "p-0",
-                        SIM_DIR_VARIABLE: str(tmp_path)}.items():
-        monkeypatch.setenv(name, value)
-    for name in (EVENTS_DIR_VARIABLE, "TORCHELASTIC_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    yield tmp_path
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 @pytest.mark.usefixtures("world_of_one")
 def test_a_failure_is_recoverable_unless_fatal() -> None:
     task = soft_training.soft_train_2x2_spawned.task_function
     assert task(steps=3, step_s=0.0) == 6.0
-    with pytest.raises(FlyteRecoverableException, match="injected failure at step 1 on p-0 local rank 0"):
-        task(steps=3, step_s=0.0, fail_pod="p-0", fail_step=1)
+    with pytest.raises(FlyteRecoverableException, match="injected failure at step 1 on train-worker-0 local rank 0"):
+        task(steps=3, step_s=0.0, fail_pod="train-worker-0", fail_step=1)
     dist.destroy_process_group()
-    with pytest.raises(ValueError, match="injected failure at step 1 on p-0 local rank 0"):
-        task(steps=3, step_s=0.0, fail_pod="p-0", fail_step=1, fail_fatal=True)
+    with pytest.raises(ValueError, match="injected failure at step 1 on train-worker-0 local rank 0"):
+        task(steps=3, step_s=0.0, fail_pod="train-worker-0", fail_step=1, fail_fatal=True)
