@@ -134,8 +134,7 @@ class HangWatch:
     def __exit__(self, *exc_info: object) -> None:
         if self._duty is not None:
             self._loop.drop(self._duty)
-        if not wait_for(self._look_under_way, self.settings.interval_s + 5) and self._look_under_way is not None:
-            self._look_under_way.cancel()  # a look not started yet never runs after the launch
+        wait_for(self._look_under_way, self.settings.interval_s + 5)
         if self._owns_loop:
             self._loop.stop(timeout_s=self.settings.interval_s + 5)
 
