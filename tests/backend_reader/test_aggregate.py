@@ -8,37 +8,11 @@ import itertools
 
 from flyteidl.core import execution_pb2
 
-from backend_reader.aggregate import Collector
-from backend_reader.documents import FailureRecord, SkippedFile, parse_error_document
+from backend_reader.documents import SkippedFile
 from backend_reader.messages import TRUNCATION_INDICATOR
 from backend_reader.render import to_proto_bytes
-from backend_reader.results import ReadResult
 from testbed.reader_support import BASE_NS, error_document
-
-PREFIX = "gs://bucket/out"
-
-
-def record(name: str, data: bytes) -> FailureRecord:
-    outcome = parse_error_document(data, f"{PREFIX}/{name}")
-    assert isinstance(outcome, FailureRecord)
-    return outcome
-
-
-def collect(outcomes: list[FailureRecord | SkippedFile], summary_bytes: int = 4096) -> ReadResult:
-    collector = Collector(PREFIX, error_files=len(outcomes), summary_bytes=summary_bytes)
-    for outcome in outcomes:
-        collector.add(outcome)
-    return collector.result()
-
-
-def sample() -> list[FailureRecord]:
-    return [
-        record("error-old.pb", error_document("RuntimeError: old writer", worker=None, timestamp_ns=None)),
-        record("error-b-2.pb", error_document("[victim] SIGTERM", worker="b", timestamp_ns=BASE_NS - 10)),
-        record("error-c-3.pb", error_document("[root cause] ValueError", worker="c", timestamp_ns=BASE_NS + 5)),
-        record("error-a-1.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
-        record("error-d-4.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
-    ]
+from tests.backend_reader.made_records import PREFIX, collect, record, sample
 
 
 def test_order_is_root_cause_first_and_independent_of_arrival() -> None:

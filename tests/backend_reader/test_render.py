@@ -9,8 +9,7 @@ import pytest
 from flyteidl.core import execution_pb2
 from rich.console import Console
 
-from backend_reader.aggregate import Collector
-from backend_reader.documents import FailureRecord, SkippedFile, parse_error_document
+from backend_reader.documents import SkippedFile
 from backend_reader.render import (
     ROOT_CAUSE_ROLE,
     failure_role,
@@ -20,32 +19,8 @@ from backend_reader.render import (
     to_proto_bytes,
 )
 from backend_reader.results import ERROR_FILE_BAD_FORMAT, ReadResult
-from testbed.reader_support import BASE_NS, error_document
-
-PREFIX = "gs://bucket/out"
-
-
-def record(name: str, data: bytes) -> FailureRecord:
-    outcome = parse_error_document(data, f"{PREFIX}/{name}")
-    assert isinstance(outcome, FailureRecord)
-    return outcome
-
-
-def collect(outcomes: list[FailureRecord | SkippedFile]) -> ReadResult:
-    collector = Collector(PREFIX, error_files=len(outcomes))
-    for outcome in outcomes:
-        collector.add(outcome)
-    return collector.result()
-
-
-def sample() -> list[FailureRecord]:
-    return [
-        record("error-old.pb", error_document("RuntimeError: old writer", worker=None, timestamp_ns=None)),
-        record("error-b-2.pb", error_document("[victim] SIGTERM", worker="b", timestamp_ns=BASE_NS - 10)),
-        record("error-c-3.pb", error_document("[root cause] ValueError", worker="c", timestamp_ns=BASE_NS + 5)),
-        record("error-a-1.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
-        record("error-d-4.pb", error_document("[root cause] OOM", worker="a", timestamp_ns=BASE_NS)),
-    ]
+from testbed.reader_support import error_document
+from tests.backend_reader.made_records import PREFIX, collect, record, sample
 
 
 def table_text(result: ReadResult) -> str:

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-from collections.abc import Iterator
-
-import flytekit
-from flytekit.core.context_manager import ExecutionParameters, FlyteContextManager
-
 from flytekitplugins_rootcause.straggler import report as deck
 from rootcause_engine.straggler import page
 from rootcause_engine.straggler.decision import OK, SLOW_COMPUTE
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
-
-
-@contextlib.contextmanager
-def _task_decks() -> Iterator[list[flytekit.Deck]]:
-    """A flytekit context of its own, whose Decks the test reads (and no other test sees)."""
-    ctx = FlyteContextManager.current_context()
-    params = ExecutionParameters(execution_date=datetime.datetime.now(datetime.UTC), tmp_dir="/tmp",
-                                 stats=None, execution_id=None, logging=None, raw_output_prefix="", decks=[])
-    with FlyteContextManager.with_context(ctx.with_execution_state(ctx.new_execution_state().with_params(
-            user_space_params=params))) as running:
-        yield running.user_space_params.decks
+from tests.flytekitplugins_rootcause.straggler.flytekit_decks import task_decks
 
 
 def _report(*, skipped: str = "") -> StragglerReport:
@@ -39,7 +22,7 @@ def test_the_page_is_the_engine_s() -> None:
 
 def test_publishing_adds_one_deck_named_for_the_check_with_the_report_s_page() -> None:
     report = _report()
-    with _task_decks() as decks:
+    with task_decks() as decks:
         deck.publish_deck(report)
     (published,) = decks
     assert published.name == deck.DECK_NAME == "Straggler check"
@@ -48,7 +31,7 @@ def test_publishing_adds_one_deck_named_for_the_check_with_the_report_s_page() -
 
 
 def test_a_skipped_check_s_deck_says_why_it_was_skipped() -> None:
-    with _task_decks() as decks:
+    with task_decks() as decks:
         deck.publish_deck(_report(skipped="1 node(s), the check needs at least min_nodes=2"))
     (published,) = decks
     assert "straggler check skipped: 1 node(s), the check needs at least min_nodes=2" in published.html

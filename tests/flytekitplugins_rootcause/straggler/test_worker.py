@@ -3,15 +3,10 @@ Deck and ``action='fail'`` as flytekit's user error (one real gloo worker on a l
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import pickle
-from collections.abc import Iterator
 
-import flytekit
 import pytest
 import torch.distributed as dist
-from flytekit.core.context_manager import ExecutionParameters, FlyteContextManager
 
 from flytekitplugins_rootcause.straggler.exceptions import StragglerDetectedError
 from flytekitplugins_rootcause.straggler.report import DECK_NAME
@@ -25,17 +20,7 @@ from rootcause_engine.straggler.page import render_html
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
 from rootcause_engine.straggler.settings import StragglerCheck
 from rootcause_engine.straggler.worker import StragglerCheckHook
-
-
-@contextlib.contextmanager
-def _task_decks() -> Iterator[list[flytekit.Deck]]:
-    """A flytekit context of its own, whose Decks the test reads (and no other test sees)."""
-    ctx = FlyteContextManager.current_context()
-    params = ExecutionParameters(execution_date=datetime.datetime.now(datetime.UTC), tmp_dir="/tmp",
-                                 stats=None, execution_id=None, logging=None, raw_output_prefix="", decks=[])
-    with FlyteContextManager.with_context(ctx.with_execution_state(ctx.new_execution_state().with_params(
-            user_space_params=params))) as running:
-        yield running.user_space_params.decks
+from tests.flytekitplugins_rootcause.straggler.flytekit_decks import task_decks
 
 
 def _one_worker(monkeypatch: pytest.MonkeyPatch, port: int) -> None:
@@ -50,7 +35,7 @@ def test_a_one_node_check_is_skipped_and_rank_0_publishes_the_report_as_a_deck(
     monkeypatch: pytest.MonkeyPatch, server_port: int
 ) -> None:
     _one_worker(monkeypatch, server_port)
-    with _task_decks() as decks:
+    with task_decks() as decks:
         report = run_straggler_check_in_worker(StragglerCheck(action="fail"), nnodes=1)
     assert report.skipped == "1 node(s), the check needs at least min_nodes=2"
     assert (report.action, report.backend) == ("fail", "gloo")  # skipped: nothing to fail on
@@ -69,7 +54,7 @@ def test_the_front_end_s_error_for_fail_is_flytekit_s_straggler_error() -> None:
 
 def test_the_front_end_publishes_to_the_deck() -> None:
     report = StragglerReport(skipped="no nodes")
-    with _task_decks() as decks:
+    with task_decks() as decks:
         FlytekitStragglerFrontEnd().publish(report)
     assert [published.name for published in decks] == [DECK_NAME]
 

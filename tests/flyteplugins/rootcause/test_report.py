@@ -6,15 +6,10 @@ Flushed by flyte's own report to a real output folder; the merging and locking a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
-import flyte.report
 import pytest
-from flyte._context import internal_ctx
-from flyte.models import ActionID, RawDataPath, TaskContext
 
 from flyteplugins.rootcause import report as report_module
 from flyteplugins.rootcause.report import (
@@ -35,21 +30,11 @@ from rootcause_engine.agent.diagnosis.timeline_page import restarts_html, timeli
 from rootcause_engine.straggler.page import render_html
 from rootcause_engine.straggler.report import StragglerReport
 from rootcause_engine.upstream.readiness import Readiness, RootCauseUpstreamWarning
+from tests.flyteplugins.rootcause.action_context import process_of_the_action
 from tests.rootcause_engine.agent.diagnosis.test_agreed import ROOT, VICTIM_0
 
 RESTART = (1_700_000_000_000_000_000, "train-worker-1", "restarted its workers", "injected failure")
 AGREED = agreed_report([PodWord("pod-0", (VICTIM_0,)), PodWord("pod-1", (ROOT,))])
-
-
-@contextlib.contextmanager
-def _task(output_path: Path) -> Iterator[flyte.report.Report]:
-    """This process as the ``a0`` of an action whose outputs go to ``output_path``, with its own report."""
-    report = flyte.report.Report("a0")
-    tctx = TaskContext(action=ActionID(name="a0", run_name="r"), version="v", report=report,
-                       raw_data_path=RawDataPath(path=str(output_path)), output_path=str(output_path),
-                       run_base_dir=str(output_path))
-    with internal_ctx().replace_task_context(tctx):
-        yield report
 
 
 def _flushed_tabs(output_path: Path) -> dict[str, str]:
@@ -66,7 +51,7 @@ def test_the_timeline_tab_is_the_agreed_failures_then_the_soft_restarts() -> Non
 
 
 def test_publishing_the_timeline_flushes_it_under_its_tab(tmp_path: Path) -> None:
-    with _task(tmp_path):
+    with process_of_the_action(tmp_path):
         asyncio.run(publish_timeline(AGREED, (RESTART,)))
     assert _flushed_tabs(tmp_path)[TIMELINE_TAB] == timeline_page(AGREED, (RESTART,))
 
@@ -77,14 +62,14 @@ def test_publishing_the_timeline_flushes_it_under_its_tab(tmp_path: Path) -> Non
     ids=["no-restarts", "verified", "empty-tab"],
 )
 def test_nothing_to_say_flushes_nothing(tmp_path: Path, publish: object) -> None:
-    with _task(tmp_path):
+    with process_of_the_action(tmp_path):
         asyncio.run(publish())  # type: ignore[operator]
     assert not (tmp_path / "report.html").exists()
 
 
 def test_a_diagnosis_that_is_off_says_why_in_its_tab(tmp_path: Path) -> None:
     readiness = Readiness(off_reason="flyte 9.9 has no flyte._internal.runtime.io.report_path")
-    with _task(tmp_path):
+    with process_of_the_action(tmp_path):
         asyncio.run(publish_readiness(readiness))
     tab = _flushed_tabs(tmp_path)[READINESS_TAB]
     assert tab == readiness.page and "root-cause diagnosis is off: flyte 9.9 has no" in tab
@@ -92,7 +77,7 @@ def test_a_diagnosis_that_is_off_says_why_in_its_tab(tmp_path: Path) -> None:
 
 def test_the_straggler_tab_waits_for_the_process_s_next_flush(tmp_path: Path) -> None:
     report = StragglerReport(skipped="1 node(s), the check needs at least min_nodes=2", action="warn")
-    with _task(tmp_path) as own:
+    with process_of_the_action(tmp_path) as own:
         add_straggler_tab(report)
         assert not (tmp_path / "report.html").exists()
         assert own.get_tab(STRAGGLER_TAB).get_html() == render_html(report)
@@ -105,7 +90,7 @@ def test_a_report_that_cannot_be_written_is_logged_and_the_task_goes_on(
 ) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the output path lies under a file: no report.html can be written there
-    with _task(blocked / "outputs"), caplog.at_level(logging.ERROR, logger=report_module.__name__):
+    with process_of_the_action(blocked / "outputs"), caplog.at_level(logging.ERROR, logger=report_module.__name__):
         asyncio.run(publish_timeline(AGREED))
     assert f"could not publish the {TIMELINE_TAB} report tab" in caplog.text
 

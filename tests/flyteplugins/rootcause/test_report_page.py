@@ -5,14 +5,10 @@ from flyte's own page, merged, in-process and in a real 2-pod job."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import flyte.report
 import pytest
-from flyte._context import internal_ctx
-from flyte.models import ActionID, RawDataPath, TaskContext
 
 from flyteplugins.rootcause import report as report_module
 from flyteplugins.rootcause.report import (
@@ -28,6 +24,7 @@ from rootcause_engine.upstream.readiness import RootCauseUpstreamWarning
 from rootcause_harness.faults import Fault, FaultKind
 from rootcause_harness.flyte2.job import JobSpec, run_job
 from tests.flyteplugins.rootcause import report_tasks
+from tests.flyteplugins.rootcause.action_context import process_of_the_action
 
 #: Tabs as a user may log them: escaped names, nested and self-closed divs, a script that writes
 #: ``</div>``, an empty tab, the main tab.
@@ -51,17 +48,6 @@ def _page(tabs: list[tuple[str, str]]) -> str:
     page = report.get_final_report()
     assert isinstance(page, str)
     return page
-
-
-@contextlib.contextmanager
-def _process_of_the_action(output_path: Path) -> Iterator[flyte.report.Report]:
-    """A process of the action (a worker or ``a0``): its own copy of the report, the shared outputs."""
-    report = flyte.report.Report("a0")
-    tctx = TaskContext(action=ActionID(name="a0", run_name="r"), version="v", report=report,
-                       raw_data_path=RawDataPath(path=str(output_path)), output_path=str(output_path),
-                       run_base_dir=str(output_path))
-    with internal_ctx().replace_task_context(tctx):
-        yield report
 
 
 def test_a_page_flyte_rendered_reads_back_as_its_tabs_byte_for_byte() -> None:
@@ -92,12 +78,12 @@ def test_the_flushed_tabs_come_first_and_a_tab_of_this_process_s_name_takes_its_
 
 def test_a0_s_flush_keeps_what_a_worker_flushed_and_a_second_pod_s_adds_nothing_twice(tmp_path: Path) -> None:
     """A worker and two pods' ``a0`` processes, each with its own report, one output prefix."""
-    with _process_of_the_action(tmp_path) as worker:
+    with process_of_the_action(tmp_path) as worker:
         for name, html in USER_TABS:
             worker.get_tab(name).log(html)
         flyte.report.flush()
     for _pod in range(2):
-        with _process_of_the_action(tmp_path):
+        with process_of_the_action(tmp_path):
             asyncio.run(publish_restarts((RESTART,)))
     tabs = tabs_of_page((tmp_path / "report.html").read_text())
     assert tabs is not None
@@ -108,7 +94,7 @@ def test_a0_s_flush_keeps_what_a_worker_flushed_and_a_second_pod_s_adds_nothing_
 
 def test_a_page_that_cannot_be_merged_is_replaced_as_before(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "report.html").write_text("<html>not Flyte's report</html>")
-    with _process_of_the_action(tmp_path):
+    with process_of_the_action(tmp_path):
         asyncio.run(publish_restarts((RESTART,)))
     tabs = tabs_of_page((tmp_path / "report.html").read_text())
     assert tabs is not None and [name for name, _ in tabs] == [RESTARTS_TAB]
@@ -136,7 +122,7 @@ def test_a_template_the_page_cannot_be_read_back_by_skips_a0_s_tabs_with_a_warni
 ) -> None:
     """The tabs rank 0's worker flushed stay as they are (no page a0 could not merge replaces them),
     and publishing raises nothing."""
-    with _process_of_the_action(tmp_path) as worker:
+    with process_of_the_action(tmp_path) as worker:
         for name, html in USER_TABS:
             worker.get_tab(name).log(html)
         flyte.report.flush()
@@ -147,7 +133,7 @@ def test_a_template_the_page_cannot_be_read_back_by_skips_a0_s_tabs_with_a_warni
     monkeypatch.setattr(report_module, "_warned", set())
     problem = report_template_problem(tabs_of_page)
     assert problem is not None and ("'flyte-frame-container'" in problem) == (template == "renamed id")
-    with _process_of_the_action(tmp_path), pytest.warns(RootCauseUpstreamWarning) as warned:
+    with process_of_the_action(tmp_path), pytest.warns(RootCauseUpstreamWarning) as warned:
         asyncio.run(publish_restarts((RESTART,)))
     assert [str(warning.message) for warning in warned if warning.category is RootCauseUpstreamWarning] == [
         f"{problem}: the {RESTARTS_TAB!r} report tab is not flushed, so that report.html keeps the tabs already "

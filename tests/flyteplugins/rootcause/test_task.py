@@ -5,15 +5,12 @@ upstream's ``execute`` instead (upstream's launch stood in for; no job)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import flyte
 import pytest
-from flyte._context import internal_ctx
-from flyte.models import ActionID, RawDataPath, SerializationContext, TaskContext
+from flyte.models import SerializationContext
 from flyteplugins.pytorch.task import TorchFunctionTask
 
 from flyteplugins.rootcause import ElasticRootCause, RootCauseTorchFunctionTask
@@ -31,6 +28,7 @@ from rootcause_engine.straggler.worker import StragglerCheckHook
 from rootcause_engine.upstream.readiness import PatchesNotApplied, Readiness
 from rootcause_engine.worker.process_settings import BeforeUserFunction, WorkerProcessSettings
 from tests.entrypoint_tasks.raising import failures
+from tests.flyteplugins.rootcause.action_context import RUN_NAME, process_of_the_action
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -53,16 +51,6 @@ def train(epochs: int = 1) -> float:
 @checked_env.task
 def checked_train(epochs: int = 1) -> float:
     return float(epochs)
-
-
-@contextlib.contextmanager
-def _task_context(output_path: Path, mode: str = "remote") -> Iterator[None]:
-    """This process as the ``a0`` of the action ``a0`` of run ``run-7``, its outputs under ``output_path``."""
-    tctx = TaskContext(action=ActionID(name="a0", run_name="run-7"), version="v", report=flyte.report.Report("a0"),
-                       raw_data_path=RawDataPath(path=str(output_path)), output_path=str(output_path),
-                       run_base_dir=str(output_path), mode=mode)  # type: ignore[arg-type]
-    with internal_ctx().replace_task_context(tctx):
-        yield
 
 
 def _upstream_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
@@ -92,14 +80,14 @@ def test_the_launch_config_is_upstream_s_with_the_config_s_sub_second_monitor_in
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(RENDEZVOUS_ENDPOINT_VARIABLE, "train-worker-0:29400")
-    with _task_context(tmp_path):
+    with process_of_the_action(tmp_path):
         config = train._launch_config()
-    assert (config.run_id, config.min_nodes, config.max_nodes, config.nproc_per_node) == ("run-7", 2, 3, 2)
+    assert (config.run_id, config.min_nodes, config.max_nodes, config.nproc_per_node) == (RUN_NAME, 2, 3, 2)
     assert (config.rdzv_backend, config.rdzv_endpoint, config.max_restarts) == ("c10d", "train-worker-0:29400", 1)
     assert config.monitor_interval == train.plugin_config.monitor_interval < 1
     assert config.start_method == "spawn"
     monkeypatch.delenv(RENDEZVOUS_ENDPOINT_VARIABLE)
-    with _task_context(tmp_path):
+    with process_of_the_action(tmp_path):
         assert train._launch_config().rdzv_endpoint == "localhost:0"  # upstream's default too
 
 
@@ -169,7 +157,7 @@ def test_a_pod_whose_diagnosis_is_off_runs_upstream_and_says_why_in_the_report(
     calls = _upstream_runs(monkeypatch)
     off = Readiness(off_reason="flyte 9.9 has no flyte._internal.runtime.io.report_path")
     monkeypatch.setattr(task_module, "flyte_readiness", lambda restart_policy: off)
-    with _task_context(tmp_path):
+    with process_of_the_action(tmp_path):
         assert asyncio.run(train.execute(epochs=3)) == "upstream's launch"
     assert calls == [{"epochs": 3}]
     assert _readiness_tab(tmp_path) == off.page
@@ -178,7 +166,7 @@ def test_a_pod_whose_diagnosis_is_off_runs_upstream_and_says_why_in_the_report(
 def test_a_local_run_calls_the_function_once_without_a_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _upstream_runs(monkeypatch)
     monkeypatch.setattr(task_module, "flyte_readiness", lambda restart_policy: Readiness())
-    with _task_context(tmp_path, mode="local"):
+    with process_of_the_action(tmp_path, mode="local"):
         assert asyncio.run(train.execute(epochs=3)) == 6.0
     assert calls == [] and not (tmp_path / "report.html").exists()
 
@@ -193,7 +181,7 @@ def test_patches_that_fail_to_apply_fall_back_to_upstream_with_the_reason(
         raise PatchesNotApplied("applying a patch raised TypeError: no signal handler here")
 
     monkeypatch.setattr(RootCauseTorchFunctionTask, "_observed_execute", observed)
-    with _task_context(tmp_path):
+    with process_of_the_action(tmp_path):
         assert asyncio.run(train.execute(epochs=3)) == "upstream's launch"
     assert calls == [{"epochs": 3}]
     assert "root-cause diagnosis is off: applying a patch raised TypeError: no signal handler here" in (
