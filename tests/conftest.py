@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -105,6 +106,16 @@ def prefixed_store(store_server: TCPStore) -> PrefixStore:
 def server_port(store_server: TCPStore) -> int:
     """The port of a real ``TCPStore`` server on loopback. Each pod of a test connects its own client to it."""
     return store_server.port
+
+
+@pytest.fixture()
+def processes() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Subprocesses a test starts and appends here: killed and reaped at its end, whatever it left."""
+    started: list[subprocess.Popen[Any]] = []
+    yield started
+    for process in started:
+        process.kill()
+        process.wait()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -184,15 +184,6 @@ def test_a_death_watcher_thread_that_dies_anyway_is_logged_critical_and_the_kern
 
 
 # --- the hang watch ------------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        process.kill()
-        process.wait()
 
 
 def test_a_hang_watch_look_that_raises_costs_that_look_and_the_hung_rank_is_still_named(

@@ -80,6 +80,8 @@ def worker(config: dict[str, Any]) -> None:
     )
     beacon.start(0.1)
     enter_file = config.get("enter_file")
+    if config.get("ready_file"):  # when it began to wait: a test whose moment came before knows it
+        Path(config["ready_file"]).write_text(str(time.monotonic_ns()))
     while not (Path(enter_file).exists() if enter_file else time.monotonic_ns() >= config["enter_at"]):
         time.sleep(0.005)
     state["created"] = time.time_ns()

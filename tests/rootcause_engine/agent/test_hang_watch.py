@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,6 @@ from testbed.sync import wait_until
 S = 1_000_000_000
 _SLEEP = "import time; time.sleep(60)"
 _COMPUTE = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: sum(range(10000))"
-
-
-@pytest.fixture()
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        process.kill()
-        process.wait()
 
 
 def _start(processes: list[subprocess.Popen[bytes]], code: str) -> subprocess.Popen[bytes]:

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +46,6 @@ START_AFTER_S = 10
 #: How much later than its true length a wait may be seen to reach ``AFTER_S`` (beats of 0.1 s,
 #: looks of 0.2 s, a busy machine).
 LATE_S = 2.5
-
-
-@pytest.fixture()
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        process.kill()
-        process.wait()
 
 
 def _start(processes: list[subprocess.Popen[str]], args: list[str], clock: dict[str, str]) -> subprocess.Popen[str]:
@@ -98,24 +88,47 @@ def test_a_wall_clock_step_on_the_node_does_not_make_a_short_wait_a_hang(
     """Rank 1 enters collective 5, which rank 0 (asleep) never enters; 1.5 s later NTP steps the
     node's wall clock 100 s ahead, in every process of the pod. The wait lasted 1.5 s, not 101.5:
     rank 0 is named only once it truly lasted ``after_s``, with that length."""
-    start = time.monotonic_ns()
-    step_at = start + START_AFTER_S * S
+    for attempt, start_after_s in enumerate((START_AFTER_S, 4 * START_AFTER_S)):
+        run = _step_during_a_wait(tmp_path / f"attempt-{attempt}", processes, start_after_s)
+        if run is not None:
+            break
+        for process in processes:  # the pod started after its moments: again, with more time
+            process.kill()
+            process.wait()
+        processes.clear()
+    else:
+        pytest.fail(f"the pod's processes took over {4 * START_AFTER_S} s to start, twice")
+    looks, entered_at, still_pid = run
+    assert round(looks[-1]["wall_ahead_s"]) == 100  # the clock stepped
+    _check_timed_by_its_true_length(_verdicts(looks, still_pid, entered_at))
+
+
+def _step_during_a_wait(tmp_path: Path, processes: list[subprocess.Popen[str]],
+                        start_after_s: float) -> tuple[list[dict[str, Any]], int, int] | None:
+    """The pod of the test above, its clock stepped ``start_after_s`` from now: the agent's looks, when
+    rank 1 entered, rank 0's pid; ``None`` when a process started too late for the step to fall within
+    the wait (the waiting rank after its moment, the agent after the step)."""
+    step_at = time.monotonic_ns() + int(start_after_s * S)
     entered_at = step_at - int(1.5 * S)
     clock = {"ROOTCAUSE_SIM_CLOCK_STEPS": f"{step_at}:{100 * S}"}
     still = _still(processes, tmp_path, "worker-0", clock)
-    waiting_file = str(tmp_path / "worker-1" / "error.json")
-    Path(waiting_file).parent.mkdir()
-    waiting = _role(processes, "worker", {"error_file": waiting_file, "enter_at": entered_at}, clock)
+    waiting_file = tmp_path / "worker-1" / "error.json"
+    waiting_file.parent.mkdir(parents=True)
+    began_waiting = tmp_path / "worker-1" / "waiting-since"
+    waiting = _role(processes, "worker", {"error_file": str(waiting_file), "enter_at": entered_at,
+                                          "ready_file": str(began_waiting)}, clock)
     agent = _role(processes, "pod", {
-        "workers": [{**still, "rank": 0}, {"pid": waiting.pid, "rank": 1, "error_file": waiting_file}],
+        "workers": [{**still, "rank": 0}, {"pid": waiting.pid, "rank": 1, "error_file": str(waiting_file)}],
         "after_s": AFTER_S, "until": entered_at + int((AFTER_S + LATE_S + 1) * S), "name": "pod-0",
     }, clock)
-    out, _ = agent.communicate(timeout=120)
+    out, _ = agent.communicate(timeout=120 + start_after_s)
     assert agent.returncode == 0
     looks = json.loads(out.strip().splitlines()[-1])["looks"]
-    assert round(looks[0]["wall_ahead_s"]) == 0, "the agent started after the step: raise START_AFTER_S"
-    assert round(looks[-1]["wall_ahead_s"]) == 100  # the clock stepped
-    _check_timed_by_its_true_length(_verdicts(looks, still["pid"], entered_at))
+    since = began_waiting.read_text() if began_waiting.exists() else ""  # not yet written: not waiting yet
+    waiting_in_time = since.isdigit() and int(since) < entered_at
+    if not waiting_in_time or not looks or round(looks[0]["wall_ahead_s"]) != 0:
+        return None
+    return looks, entered_at, still["pid"]
 
 
 @pytest.mark.parametrize("peer_ahead_s", [-90, 90], ids=["peer-clock-90s-behind", "peer-clock-90s-ahead"])

@@ -47,15 +47,6 @@ def fifo(tmp_path: Path) -> Iterator[str]:
         os.close(writer)
 
 
-@pytest.fixture()
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    processes: list[subprocess.Popen[bytes]] = []
-    yield processes
-    for process in processes:
-        process.kill()
-        process.wait()
-
-
 def _start(processes: list[subprocess.Popen[bytes]], code: str, *args: str) -> subprocess.Popen[bytes]:
     process = subprocess.Popen([sys.executable, "-c", code, *args])
     processes.append(process)
@@ -73,11 +64,11 @@ def _settled(pid: int, expected: str, seconds: float = 60.0) -> str:
 
 
 def test_a_fifo_read_is_an_io_wait_and_a_sleep_a_lock_and_a_stop_are_stuck(
-    fifo: str, started: list[subprocess.Popen[bytes]]
+    fifo: str, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    reading = _start(started, _FIFO_READ, fifo)
-    asleep = _start(started, _SLEEP)
-    locked = _start(started, _LOCK)
+    reading = _start(processes, _FIFO_READ, fifo)
+    asleep = _start(processes, _SLEEP)
+    locked = _start(processes, _LOCK)
     assert _settled(reading.pid, IO) == IO
     assert _settled(asleep.pid, STUCK) == STUCK
     assert _settled(locked.pid, STUCK) == STUCK
@@ -89,8 +80,8 @@ def test_a_fifo_read_is_an_io_wait_and_a_sleep_a_lock_and_a_stop_are_stuck(
     assert _settled(reading.pid, IO) == IO
 
 
-def test_a_vanished_or_unreadable_process_is_unknown_without_an_exception(started: list[Any]) -> None:
-    gone = _start(started, "pass")
+def test_a_vanished_or_unreadable_process_is_unknown_without_an_exception(processes: list[Any]) -> None:
+    gone = _start(processes, "pass")
     gone.wait()
     assert main_thread_wait(gone.pid) == UNKNOWN
     assert main_thread_wait(2**22 + 12345) == UNKNOWN
@@ -135,10 +126,10 @@ def _watch_one(tmp_path: Path, process: subprocess.Popen[bytes]) -> HangWatch:
 
 
 def test_a_rank_blocked_in_a_read_is_given_the_io_limit_and_a_sleeping_one_is_named(
-    tmp_path: Path, fifo: str, started: list[subprocess.Popen[bytes]]
+    tmp_path: Path, fifo: str, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    reading = _start(started, _FIFO_READ, fifo)
-    asleep = _start(started, _SLEEP)
+    reading = _start(processes, _FIFO_READ, fifo)
+    asleep = _start(processes, _SLEEP)
     assert _settled(reading.pid, IO) == IO and _settled(asleep.pid, STUCK) == STUCK
     assert _looks(_watch_one(tmp_path / "io", reading), 5.0) == {}  # still for 5 s > 2 s: an I/O wait
     found = _looks(_watch_one(tmp_path / "sleep", asleep), 5.0)
