@@ -20,7 +20,7 @@ from flyteplugins.rootcause.report import STRAGGLER_TAB, flush_straggler_tab, pu
 from flyteplugins.rootcause.report_lock import lock_file_of, report_lock_sync
 from flyteplugins.rootcause.report_page import tabs_of_page
 from rootcause_engine.straggler.report import NodeResult, StragglerReport
-from tests.flyteplugins.rootcause.test_report_page import _process_of_the_action
+from tests.flyteplugins.rootcause.action_context import process_of_the_action
 
 #: Flushes per writer: each one a fresh report with one tab, so a lost flush stays lost.
 FLUSHES = 20
@@ -36,7 +36,7 @@ def _flush_tabs(output_path: str, writer: str, start: multiprocessing.synchroniz
     if start is not None:
         start.wait(60)
     for flush in range(FLUSHES):
-        with _process_of_the_action(Path(output_path)):
+        with process_of_the_action(Path(output_path)):
             asyncio.run(publish_tab(*_tab(writer, flush)))
 
 
@@ -90,7 +90,7 @@ def test_a_worker_s_flush_waits_for_the_lock_of_another_process(tmp_path: Path) 
     try:
         assert held.wait(60)
         started = time.monotonic()
-        with _process_of_the_action(tmp_path):
+        with process_of_the_action(tmp_path):
             flush_straggler_tab(straggler)
         waited = time.monotonic() - started
     finally:
@@ -109,7 +109,7 @@ def test_a_lock_not_taken_in_time_flushes_without_it_with_a_warning(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a holder that never lets go (another open file: flock conflicts)
         started = time.monotonic()
-        with _process_of_the_action(tmp_path):
+        with process_of_the_action(tmp_path):
             asyncio.run(publish_tab(*_tab("a0", 0)))
         assert time.monotonic() - started < 5
     finally:
