@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -74,38 +73,25 @@ def test_without_a_sim_dir_nothing_is_recorded(tmp_path: Path, monkeypatch: pyte
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture
-def world_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This process as the one worker of a job, as torch's agent would set it up (its group destroyed after)."""
-    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(free_port()), "FLYTE_INTERNAL_WORKER_NAME": "p-0",
-                        SIM_DIR_VARIABLE: str(tmp_path)}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv(FAULT_VARIABLE, raising=False)
-    yield tmp_path
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def test_a_run_trains_its_steps_records_its_placement_and_leaves_no_group(world_of_one: Path) -> None:
     loss = run_training(2, collective_timeout_s=5, init_timeout_s=10)
     assert 0.9 < loss < 1.1 and loss != 1.0  # the weights (ones) moved by the small updates
-    assert read_placement(world_of_one) == {0: ("p-0", 0)}
+    assert read_placement(world_of_one) == {0: ("train-worker-0", 0)}
     assert not dist.is_initialized()
 
 
 def test_the_injected_fault_strikes_the_run_at_its_step(world_of_one: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(FAULT_VARIABLE, Fault(FaultKind.RAISE, pod="p-0", step=1).to_env())
-    with pytest.raises(RuntimeError, match=f"^{INJECTED_MESSAGE} on p-0 local rank 0 at step 1$"):
+    monkeypatch.setenv(FAULT_VARIABLE, Fault(FaultKind.RAISE, pod="train-worker-0", step=1).to_env())
+    with pytest.raises(RuntimeError, match=f"^{INJECTED_MESSAGE} on train-worker-0 local rank 0 at step 1$"):
         run_training(4)
     assert dist.is_initialized()  # it struck inside the training: the group is still up
-    assert (world_of_one / "faulty_pod").read_text() == "p-0"
+    assert (world_of_one / "faulty_pod").read_text() == "train-worker-0"
 
 
 def test_a_fault_before_init_strikes_before_the_group_forms(world_of_one: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(FAULT_VARIABLE, Fault(FaultKind.RAISE, pod="p-0", step=-1).to_env())
+    monkeypatch.setenv(FAULT_VARIABLE, Fault(FaultKind.RAISE, pod="train-worker-0", step=-1).to_env())
     with pytest.raises(RuntimeError, match=INJECTED_MESSAGE):
         run_training(4)
     assert not dist.is_initialized()
-    assert read_placement(world_of_one) == {0: ("p-0", 0)}  # placed even so
+    assert read_placement(world_of_one) == {0: ("train-worker-0", 0)}  # placed even so
