@@ -6,7 +6,7 @@ process that stopped talking. A real partition drops every packet both ways with
 while the pod's processes run on and see everyone else fall silent, the object store included.
 :class:`PodNetwork` gives each pod its own namespace (``ip netns``), its own host name (``unshare
 --uts``, resolved in every pod through ``/etc/netns/<ns>/hosts``) and one veth into a bridge whose
-address (:attr:`PodNetwork.gateway`) is where the test serves the object store. :meth:`PodNetwork.cut`
+address (:attr:`PodNetwork.gateway`, its MAC fixed) is where the test serves the object store. :meth:`PodNetwork.cut`
 detaches the pod's veth from the bridge and gives it a queue that holds no packet (``pfifo limit
 0``; the kernel here has no netem): silence, as a dead link gives. :meth:`PodNetwork.cut_links`
 cuts only the links between one pod and the others (a blackhole route each way, as a network
@@ -72,12 +72,17 @@ class PodNetwork:
         self._prefix = f"10.{subnet[0]}.{subnet[1]}"
         self.bridge = f"rcb{suffix}"
         self.gateway = f"{self._prefix}.1"
+        #: the bridge's own MAC, locally administered and fixed for the network's life
+        self.gateway_mac = "02:72:63:" + ":".join(suffix[i:i + 2] for i in (0, 2, 4))
         self.pods: dict[str, PodHost] = {}
         self._api: socket.socket | None = None
 
     def __enter__(self) -> PodNetwork:
         try:
             _run("ip", "link", "add", self.bridge, "type", "bridge")
+            # a bridge takes the lowest MAC of its ports unless given one: a cut pod's port leaving it
+            # would change the gateway's MAC under every pod's ARP cache (a switch never does that)
+            _run("ip", "link", "set", self.bridge, "address", self.gateway_mac)
             _run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
             _run("ip", "link", "set", self.bridge, "up")
             self._api = socket.create_server((self.gateway, 0))
