@@ -152,6 +152,7 @@ class GuardedLoop:
         self._duties: list[Duty] = []  # the loop's thread's own
         self._stopping = threading.Event()
         self._woken = threading.Event()
+        self._run_all = threading.Event()  # set by wake(): every duty is due at the next turn
         self._thread: threading.Thread | None = None
         if step is not None:
             self.every(interval_s, step, guard=self.guard, first_wait=first_wait)
@@ -194,7 +195,9 @@ class GuardedLoop:
             self.start()
 
     def wake(self) -> None:
-        """End the current wait: every duty that is due runs now."""
+        """End the current wait: every duty runs now, due or not (a peer's link closed: the heartbeat's
+        next look is now, not a pause later)."""
+        self._run_all.set()
         self._woken.set()
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -213,6 +216,10 @@ class GuardedLoop:
         try:
             while not stopping.is_set():
                 self._take_changes()
+                if self._run_all.is_set():
+                    self._run_all.clear()
+                    for duty in self._duties:
+                        duty.due = 0.0
                 for duty in self._duties:
                     if duty.due <= time.monotonic():
                         wait_s = duty.guard.run(duty.step)

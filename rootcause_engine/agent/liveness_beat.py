@@ -95,8 +95,8 @@ class LivenessBeat:
             self._link.release()
 
     def _wake(self) -> None:
-        """A link closed: the loop's wait ends, and the beat runs if it is due (one not yet due keeps its
-        pause: the closing is read at the next beat, whose pause is then cut to the verdict's moment)."""
+        """A link closed: the loop's wait ends and the beat runs now, which reads the closing and cuts
+        its pause to the verdict's moment."""
         if self._loop is not None:
             self._loop.wake()
 

@@ -62,9 +62,10 @@ def test_a_step_says_when_it_is_due_again_and_wake_ends_a_wait() -> None:
         assert wait_until(lambda: len(steps) == 1, WAIT_S)
         time.sleep(0.1)
         assert len(steps) == 1
-        loop.wake()  # a wake runs what is due: nothing is, the wait goes on
+        loop.wake()  # a wake runs every duty now, due or not
+        assert wait_until(lambda: len(steps) == 2, WAIT_S)
         time.sleep(0.1)
-        assert len(steps) == 1
+        assert len(steps) == 2  # then the step's own pause holds again
     finally:
         loop.stop(WAIT_S)
 
