@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 
-from rootcause_core.roles import is_victim_message
+from rootcause_core.roles import Role, classify_role, is_victim_message
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.teardown import terminate_then_kill
 from rootcause_engine.agent.worker_probe import ProbeAnswer, probe_workers
@@ -45,12 +45,14 @@ class WorkerTeardown:
         ended this one's workers). ``grace_s``: a shorter grace than the configured one, where the
         workers cannot use it (they wait in a collective for a peer that is gone).
 
-        A failed worker still unwinding after recording its exception gets its SIGTERM only if it
-        has not exited by itself within ``teardown.spare_s`` (at most 2 s): a SIGTERM would make its
-        exit read as the teardown's signal instead of its own exit code (or run a handler inherited
-        from the agent with ``fork`` in the middle of torch's traceback pickle). Exits are read from
-        the kernel without reaping (never through torch's handles, whose ``is_alive`` reaps), so
-        torch's join still collects every worker and the watcher still reads each status.
+        A worker still unwinding after recording a failure of its own (:func:`failed_on_its_own`)
+        gets its SIGTERM only if it has not exited by itself within ``teardown.spare_s`` (at most
+        2 s): a SIGTERM would make a root cause's exit read as the teardown's signal instead of its
+        own exit code (or run a handler inherited from the agent with ``fork`` in the middle of
+        torch's traceback pickle). One that recorded a victim's error is ended at once, as torch
+        ends it. Exits are read from the kernel without reaping (never through torch's handles,
+        whose ``is_alive`` reaps), so torch's join still collects every worker and the watcher still
+        reads each status.
         """
         ledger, watcher = self.ledger, self.ledger.watcher
         ledger.note_teardown(attempt)
@@ -61,7 +63,7 @@ class WorkerTeardown:
         ledger.note_signals(attempt)
         workers = [worker for worker in ledger.workers_of(attempt) if not exited(worker.pid)]
         live = [worker.pid for worker in workers]
-        unwinding = [worker.pid for worker in workers if worker.error_file and os.path.exists(worker.error_file)]
+        unwinding = [worker.pid for worker in workers if failed_on_its_own(worker)]
         logger.warning("ending %d live workers (SIGTERM, %g s, SIGKILL; %d unwinding first left to exit)",
                        len(live), grace, len(unwinding))
         stuck = terminate_then_kill(live, grace_s=grace, exited=exited, spared=unwinding)
@@ -112,3 +114,11 @@ class WorkerTeardown:
     def probe_of(self, worker: LaunchedWorker) -> ProbeAnswer | None:
         """What ``worker`` answered when probed before the teardown, if it was and did."""
         return self._probes.get(worker.pid)
+
+
+def failed_on_its_own(worker: LaunchedWorker) -> bool:
+    """``worker`` recorded a failure that the diagnosis could name as the root cause (not a victim's
+    error: a peer gone, a collective timed out), so its own exit is worth waiting for."""
+    recorded = read_error_file(worker.error_file) if worker.error_file else None
+    return recorded is not None and classify_role(
+        exception_types=recorded.exception_mro, message=recorded.message) is Role.CANDIDATE

@@ -14,7 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from rootcause_engine.agent import worker_teardown
 from rootcause_engine.agent.death_watcher import DeathWatcher
 from rootcause_engine.agent.launch_ledger import LaunchedWorker, LaunchLedger
 from rootcause_engine.agent.worker_teardown import WorkerTeardown
@@ -93,6 +97,39 @@ def test_ending_workers_terminates_then_kills_under_the_shorter_grace_and_stamps
         assert ledger.teardown_of(0) == moments
     finally:
         _reap(dead, plain, stubborn)
+
+
+def test_only_a_worker_that_failed_on_its_own_is_left_to_exit_by_itself_and_a_victim_is_ended_at_once(
+    tmp_path: Path, watcher: DeathWatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose recorded error could be the root cause is spared its SIGTERM a while (its own
+    exit code in the report); one that recorded a victim's error (a peer's connection closed), or
+    none, gets it with the first signals, as torch's teardown gives it."""
+    sleep = "import time; print('ready', flush=True); time.sleep(600)"
+    children = [_child(sleep) for _ in range(3)]
+    messages = ["bad batch", "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:5000", None]
+    calls: list[dict[str, Any]] = []
+
+    def spied(pids: Any, **kwargs: Any) -> list[int]:
+        calls.append({"pids": list(pids), "spared": list(kwargs["spared"])})
+        return terminate_then_kill(calls[-1]["pids"], **kwargs)
+
+    terminate_then_kill = worker_teardown.terminate_then_kill
+    monkeypatch.setattr(worker_teardown, "terminate_then_kill", spied)
+    try:
+        ledger = LaunchLedger(watcher)
+        for index, (child, message) in enumerate(zip(children, messages, strict=True)):
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            error_file = _error_file(tmp_path, f"w{index}", message)
+            ledger.add_worker(LaunchedWorker(0, index, index, 0, child.pid, error_file))
+        WorkerTeardown(ledger, teardown_grace_s=LONG_GRACE_S).end_workers(0, grace_s=4.0)
+        candidate, victim, silent = (child.pid for child in children)
+        assert calls == [{"pids": [candidate, victim, silent], "spared": [candidate]}]
+        for child in children:
+            exit_ = watcher.confirm_exit(child.pid)
+            assert exit_ is not None and exit_.signal_number == signal.SIGTERM
+    finally:
+        _reap(*children)
 
 
 # --- the probe before the teardown -----------------------------------------------------------------
